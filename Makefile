@@ -1,0 +1,36 @@
+# Quick start: `make demo` and `make test`; both install what is missing into .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/*/pyproject.toml))
+PROJECTS := pyproject.toml csrc/pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): $(PROJECTS) requirements-dev.txt Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+		-e . -e csrc $(addprefix -e ,$(PLUGIN_DIRS))
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/pyagent list
+	$(BIN)/pyagent doctor
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/pyagent bench startup --out benchmarks/results/startup.json
+	$(BIN)/python csrc/benchmarks/bench_sampling.py --out benchmarks/results/kernels_sampling.json
+
+clean:
+	rm -rf $(VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache

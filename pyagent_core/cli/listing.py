@@ -1,0 +1,130 @@
+"""``pyagent plugins``, ``pyagent list`` and ``pyagent info``: what is installed and why."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.kinds import KINDS, get_kind
+from pyagent_core.registry import Backend, Registry, get_registry
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def backend_record(registry: Registry, backend: Backend, default: Backend | None,
+                   deep: bool) -> dict[str, Any]:
+    """The JSON shape of one backend in ``pyagent list``."""
+    verdict = registry.availability(backend, deep=deep)
+    return {
+        "name": backend.name,
+        "qualified_name": backend.qualified_name,
+        "dist": backend.dist,
+        "version": backend.version,
+        "available": verdict.available,
+        "reason": verdict.reason,
+        "checked": verdict.checked,
+        "default": backend is default,
+        "priority": backend.spec.priority,
+        "summary": backend.spec.summary,
+    }
+
+
+def plugins(json_out: JsonFlag = False) -> None:
+    """Installed plugin distributions: name, version, kinds, hooks and status."""
+    registry = get_registry()
+    records = [
+        {"name": p.name, "module": p.module, "dist": p.dist, "version": p.version,
+         "status": p.status, "kinds": list(p.kinds), "hooks": list(p.hooks), "errors": list(p.errors)}
+        for p in registry.plugins()
+    ]
+    if json_out:
+        print_json({"plugins": records})
+        return
+    print_table(
+        "pyagent plugins",
+        ["plugin", "distribution", "version", "kinds", "hooks", "status"],
+        [(r["name"], r["dist"], r["version"], ", ".join(r["kinds"]), ", ".join(r["hooks"]),
+          r["status"] + "".join(f"\n{e}" for e in r["errors"])) for r in records],
+    )
+
+
+def list_backends(
+    kind: Annotated[str | None, typer.Argument(help="Only this kind (e.g. sampler, attention).")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Import each backend and run its check.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Backends per kind: name, distribution, availability (or why not), default, priority."""
+    registry = get_registry()
+    kinds = [get_kind(kind).name] if kind else list(KINDS)
+    result = {}
+    for name in kinds:
+        default = registry.default(name)
+        result[name] = [backend_record(registry, b, default, check) for b in registry.backends(name)]
+    problems = registry.problems()
+    if json_out:
+        print_json({"kinds": result, "problems": problems})
+        return
+    for name, records in result.items():
+        print_table(
+            f"{KINDS[name].title}s ({name})",
+            ["name", "distribution", "available", "default", "priority", "summary"],
+            [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
+              "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
+        )
+    for problem in problems:
+        typer.echo(f"warning: {problem}", err=True)
+
+
+def info(
+    kind: Annotated[str, typer.Argument(help="Component kind, e.g. sampler.")],
+    name: Annotated[str, typer.Argument(help="Backend name, or DIST:NAME.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Everything about one backend: summary, capabilities, options, requirements, install hint."""
+    registry = get_registry()
+    backend = registry.get(kind, name)
+    spec = backend.spec
+    verdict = registry.availability(backend)
+    record = {
+        "kind": backend.kind, "name": spec.name, "qualified_name": backend.qualified_name,
+        "dist": backend.dist, "version": backend.version, "impl": spec.impl,
+        "summary": spec.summary, "description": spec.description, "priority": spec.priority,
+        "available": verdict.available, "reason": verdict.reason,
+        "capabilities": spec.capabilities(),
+        "options": {
+            key: {"type": opt.type_name, "default": opt.default, "help": opt.help,
+                  "choices": list(opt.choices), "min": opt.min, "max": opt.max}
+            for key, opt in spec.options.items()
+        },
+        "requires": list(spec.requires), "install_hint": spec.install_hint,
+        "select_with": f"pyagent use {backend.kind} {spec.name}, or {KINDS[backend.kind].env_var}={spec.name}",
+    }
+    if json_out:
+        print_json(record)
+        return
+    print_table(
+        f"{KINDS[backend.kind].title} {spec.name}", ["field", "value"],
+        [(k, v) for k, v in record.items() if k not in ("options", "capabilities")]
+        + [(f"capability {k}", v) for k, v in record["capabilities"].items()],
+    )
+    print_table(
+        "options", ["option", "type", "default", "range", "help"],
+        [(k, o["type"], o["default"], _range(o), o["help"]) for k, o in record["options"].items()],
+    )
+
+
+def _range(option: dict[str, Any]) -> str:
+    if option["choices"]:
+        return " | ".join(map(str, option["choices"]))
+    low = "" if option["min"] is None else f"{option['min']} <= "
+    high = "" if option["max"] is None else f" <= {option['max']}"
+    return f"{low}x{high}" if low or high else ""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the listing commands to ``app``."""
+    app.command("plugins")(plugins)
+    app.command("list")(list_backends)
+    app.command("info")(info)

@@ -1,0 +1,92 @@
+"""Exception classes raised by pyagent.
+
+Every message says what was wrong, with which value, and what to do about it. The CLI prints
+``str(error)`` without a traceback for any :class:`PyagentError` and exits non-zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def _choices(names: Iterable[str]) -> str:
+    listed = sorted(names)
+    return ", ".join(listed) if listed else "(none installed)"
+
+
+class PyagentError(Exception):
+    """Base class of every error pyagent raises on purpose."""
+
+
+class SpecError(PyagentError, ValueError):
+    """A plugin registered a malformed spec record (bad name, impl path, option or field)."""
+
+
+class UnknownKindError(PyagentError, KeyError):
+    """A component kind that pyagent does not define was named."""
+
+    def __init__(self, kind: str, valid: Iterable[str]) -> None:
+        self.kind = kind
+        super().__init__(f"unknown component kind {kind!r}; choose one of: {_choices(valid)}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class SelectionError(PyagentError):
+    """Base class for errors raised while selecting a backend by name."""
+
+
+class UnknownBackendError(SelectionError, KeyError):
+    """No installed plugin registered a backend of that kind under that name."""
+
+    def __init__(self, kind: str, name: str, valid: Iterable[str], hint: str = "") -> None:
+        self.kind, self.name = kind, name
+        msg = f"no {kind} backend named {name!r}; choose one of: {_choices(valid)}"
+        super().__init__(msg + (f" ({hint})" if hint else ""))
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BackendUnavailableError(SelectionError):
+    """The backend is registered but cannot run here (missing requirement, failed check, broken plugin)."""
+
+    def __init__(self, kind: str, name: str, reason: str, valid: Iterable[str]) -> None:
+        self.kind, self.name, self.reason = kind, name, reason
+        super().__init__(
+            f"{kind} backend {name!r} is not available: {reason}; "
+            f"available {kind} backends: {_choices(valid)}"
+        )
+
+
+class AmbiguousBackendError(SelectionError):
+    """Two or more distributions registered the same backend name for one kind."""
+
+    def __init__(self, kind: str, name: str, dists: Iterable[str]) -> None:
+        self.kind, self.name, self.dists = kind, name, sorted(dists)
+        qualified = ", ".join(f"{d}:{name}" for d in self.dists)
+        super().__init__(
+            f"{kind} backend {name!r} is registered by several distributions "
+            f"({', '.join(self.dists)}); select one as DIST:NAME, one of: {qualified}"
+        )
+
+
+class OptionError(PyagentError, ValueError):
+    """A backend option was unknown, of the wrong type, or out of range."""
+
+
+class ConfigError(PyagentError):
+    """A configuration file or environment variable could not be read or has a bad value."""
+
+
+class KernelError(PyagentError, RuntimeError):
+    """A C kernel rejected its arguments or returned an error code."""
+
+
+class ScaffoldError(PyagentError):
+    """``pyagent new-plugin`` could not create the requested plugin."""
+
+
+class EvictionError(PyagentError, LookupError):
+    """An eviction policy was misused: evict when empty, unknown or duplicate block id, insert when full."""

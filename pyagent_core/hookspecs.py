@@ -1,0 +1,206 @@
+"""Every pluggy hook specification of pyagent.
+
+A plugin is a module of functions decorated with :data:`pyagent_core.hookimpl` whose names match
+the specifications below; the module is named by an entry point in the ``pyagent`` group. A plugin
+implements only the hooks it needs.
+
+Registration hooks receive a ``register`` callback and call it once per backend with a frozen spec
+record from :mod:`pyagent_core.types`. They must not import the backend's implementation or heavy
+libraries (torch, the grammar library...): they run every time plugins are listed.
+
+Lifecycle hooks are called by the reference engine; their return values are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from pyagent_core.types import (
+    AttentionSpec,
+    EvictionSpec,
+    GrammarSpec,
+    ProposerSpec,
+    ReasoningParserSpec,
+    SamplerSpec,
+    ToolParserSpec,
+)
+
+if TYPE_CHECKING:
+    import typer
+
+PROJECT = "pyagent"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- registration: one hook per component kind -------------------------------------------------
+
+
+@hookspec
+def pyagent_register_attention_backends(register: Callable[[AttentionSpec], None]) -> None:
+    """Register attention backends.
+
+    Args:
+        register: call once per backend with an :class:`~pyagent_core.types.AttentionSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
+    """Register samplers: batch-level logits processors and final token selectors.
+
+    Args:
+        register: call once per sampler with a :class:`~pyagent_core.types.SamplerSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_grammar_backends(register: Callable[[GrammarSpec], None]) -> None:
+    """Register structured-output (grammar) backends.
+
+    Args:
+        register: call once per backend with a :class:`~pyagent_core.types.GrammarSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_proposers(register: Callable[[ProposerSpec], None]) -> None:
+    """Register speculative-decoding proposers.
+
+    Args:
+        register: call once per proposer with a :class:`~pyagent_core.types.ProposerSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_eviction_policies(register: Callable[[EvictionSpec], None]) -> None:
+    """Register KV-cache eviction policies.
+
+    Args:
+        register: call once per policy with an :class:`~pyagent_core.types.EvictionSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_tool_parsers(register: Callable[[ToolParserSpec], None]) -> None:
+    """Register tool-call parsers.
+
+    Args:
+        register: call once per parser with a :class:`~pyagent_core.types.ToolParserSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_reasoning_parsers(register: Callable[[ReasoningParserSpec], None]) -> None:
+    """Register reasoning parsers.
+
+    Args:
+        register: call once per parser with a :class:`~pyagent_core.types.ReasoningParserSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+# --- engine lifecycle ----------------------------------------------------------------------------
+
+
+@hookspec
+def pyagent_engine_started(engine: Any) -> None:
+    """Called once after the engine has loaded its model and selected its backends.
+
+    Args:
+        engine: the engine object; read its configuration, do not mutate it.
+
+    Returns:
+        Nothing. Not ``firstresult``.
+    """
+
+
+@hookspec
+def pyagent_engine_stopped(engine: Any) -> None:
+    """Called once when the engine shuts down, after the last request has finished.
+
+    Args:
+        engine: the engine object.
+
+    Returns:
+        Nothing. Not ``firstresult``.
+    """
+
+
+@hookspec
+def pyagent_request_added(engine: Any, request: Any) -> None:
+    """Called when a request enters the waiting queue.
+
+    Args:
+        engine: the engine object.
+        request: the request (id, prompt token ids, sampling parameters).
+
+    Returns:
+        Nothing. Not ``firstresult``.
+    """
+
+
+@hookspec
+def pyagent_request_finished(engine: Any, request: Any, reason: str) -> None:
+    """Called when a request finishes, successfully or not.
+
+    Args:
+        engine: the engine object.
+        request: the finished request, with its output token ids.
+        reason: why it finished: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"``.
+
+    Returns:
+        Nothing. Not ``firstresult``.
+    """
+
+
+@hookspec
+def pyagent_step_finished(engine: Any, stats: Mapping[str, Any]) -> None:
+    """Called after every engine step.
+
+    Args:
+        engine: the engine object.
+        stats: the step's statistics (scheduled requests and tokens, timings, cache and
+            speculative-decoding counters); read-only.
+
+    Returns:
+        Nothing. Not ``firstresult``.
+    """
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+@hookspec
+def pyagent_register_commands(app: typer.Typer) -> None:
+    """Add subcommands to the ``pyagent`` command line.
+
+    Args:
+        app: the root typer application; call ``app.command()`` or ``app.add_typer()`` on it.
+
+    Returns:
+        Nothing. Not ``firstresult``. Keep the hook's module light: it runs on every CLI start.
+    """

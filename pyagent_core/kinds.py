@@ -1,0 +1,73 @@
+"""The component kinds pyagent knows: name, registration hook, spec record type and interface."""
+
+from __future__ import annotations
+
+import attrs
+
+from pyagent_core.errors import UnknownKindError
+from pyagent_core.types import (
+    AttentionSpec,
+    BackendSpec,
+    EvictionSpec,
+    GrammarSpec,
+    ProposerSpec,
+    ReasoningParserSpec,
+    SamplerSpec,
+    ToolParserSpec,
+)
+
+
+@attrs.frozen
+class Kind:
+    """One component kind and everything the registry needs to know about it."""
+
+    name: str
+    title: str
+    hook: str
+    spec_type: type[BackendSpec]
+    folder: str
+    interface: str
+
+    @property
+    def env_var(self) -> str:
+        """Environment variable that selects a backend of this kind, e.g. ``PYAGENT_ATTENTION``."""
+        return "PYAGENT_" + self.name.upper()
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("attention", "attention backend", "pyagent_register_attention_backends",
+             AttentionSpec, "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend"),
+        Kind("sampler", "sampler", "pyagent_register_samplers",
+             SamplerSpec, "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor"),
+        Kind("grammar", "grammar backend", "pyagent_register_grammar_backends",
+             GrammarSpec, "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend"),
+        Kind("proposer", "speculative proposer", "pyagent_register_proposers",
+             ProposerSpec, "plugins/spec_decode", "pyagent_core.interfaces.proposer:Proposer"),
+        Kind("eviction", "KV-cache eviction policy", "pyagent_register_eviction_policies",
+             EvictionSpec, "plugins/kvcache", "pyagent_core.interfaces.eviction:EvictionPolicy"),
+        Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers",
+             ToolParserSpec, "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser"),
+        Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
+             ReasoningParserSpec, "plugins/tool_parsers",
+             "pyagent_core.interfaces.reasoning_parser:ReasoningParser"),
+    )
+}
+
+_ALIASES = {
+    "samplers": "sampler", "logits_processor": "sampler", "grammars": "grammar",
+    "structured_output": "grammar", "proposers": "proposer", "spec_decode": "proposer",
+    "kvcache": "eviction", "eviction_policy": "eviction", "tool_parsers": "tool_parser",
+    "reasoning_parsers": "reasoning_parser", "reasoning": "reasoning_parser",
+}
+
+
+def get_kind(name: str) -> Kind:
+    """Look a kind up by name, plural or alias (``tool-parser``, ``samplers``, ``kvcache``...)."""
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    try:
+        return KINDS[key]
+    except KeyError:
+        raise UnknownKindError(name, KINDS) from None

@@ -1,0 +1,1 @@
+"""Model loading for the reference engine."""

@@ -1,0 +1,168 @@
+"""The frozen spec records that plugins register, one record type per component kind.
+
+A spec describes a backend without importing it: ``impl`` is a ``"package.module:Class"`` path
+resolved only when the backend is selected or checked. Records are attrs classes, frozen and
+validated on construction, so a malformed registration fails inside the plugin that made it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import attrs
+
+from pyagent_core.errors import SpecError
+from pyagent_core.options import OptionSpec, to_option_spec
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+IMPL_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _check_name(_inst: Any, _attr: Any, value: str) -> None:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise SpecError(
+            f"backend name {value!r} is invalid; use lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (e.g. 'top_k', 'torch-sdpa')"
+        )
+
+
+def _check_impl(_inst: Any, _attr: Any, value: str) -> None:
+    if not isinstance(value, str) or not IMPL_RE.match(value):
+        raise SpecError(
+            f"impl path {value!r} is invalid; write 'package.module:Attribute', "
+            "e.g. 'my_plugin.impl:MyBackend'"
+        )
+
+
+def _freeze_options(value: Mapping[str, Any] | None) -> Mapping[str, OptionSpec]:
+    items = {str(k): to_option_spec(str(k), v) for k, v in (value or {}).items()}
+    return MappingProxyType(items)
+
+
+def _to_tuple(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value or ())
+
+
+@attrs.frozen(kw_only=True)
+class BackendSpec:
+    """Fields every kind shares.
+
+    Attributes:
+        name: the name users select (unique per kind; ``dist:name`` disambiguates clashes).
+        impl: ``"package.module:Attribute"`` of the implementation, imported lazily.
+        summary: one line shown by ``pyagent list``.
+        description: longer text shown by ``pyagent info``.
+        priority: the highest-priority available backend is the default when nothing is selected.
+        options: option name -> :class:`OptionSpec` (or a bare type as shorthand).
+        requires: PEP 508 requirement strings checked through installed distribution metadata.
+        install_hint: what to run when a requirement is missing.
+    """
+
+    kind: ClassVar[str] = ""
+
+    name: str = attrs.field(validator=_check_name)
+    impl: str = attrs.field(validator=_check_impl)
+    summary: str = ""
+    description: str = ""
+    priority: int = 0
+    options: Mapping[str, OptionSpec] = attrs.field(factory=dict, converter=_freeze_options)
+    requires: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    install_hint: str = ""
+
+    def capabilities(self) -> dict[str, Any]:
+        """The kind-specific fields of this record, as shown by ``pyagent info``."""
+        shared = {f.name for f in attrs.fields(BackendSpec)}
+        return {
+            f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.name not in shared
+        }
+
+
+@attrs.frozen(kw_only=True)
+class AttentionSpec(BackendSpec):
+    """An attention backend over the paged KV cache."""
+
+    kind: ClassVar[str] = "attention"
+
+    dtypes: tuple[str, ...] = attrs.field(default=("float32",), converter=_to_tuple)
+    head_sizes: tuple[int, ...] = attrs.field(default=(), converter=_to_tuple)  # () = any
+    block_sizes: tuple[int, ...] = attrs.field(default=(), converter=_to_tuple)  # () = any
+    prefill: bool = True
+    decode: bool = True
+    tree_mask: bool = False
+    sliding_window: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class SamplerSpec(BackendSpec):
+    """A batch-level logits processor, or a final token selector (``selects_token=True``)."""
+
+    kind: ClassVar[str] = "sampler"
+
+    argmax_invariant: bool = False
+    selects_token: bool = False
+
+
+CONSTRAINT_KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "structural_tag")
+
+
+@attrs.frozen(kw_only=True)
+class GrammarSpec(BackendSpec):
+    """A structured-output backend: which constraint kinds and grammar dialects it compiles."""
+
+    kind: ClassVar[str] = "grammar"
+
+    constraint_kinds: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    grammar_dialects: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    jump_forward: bool = False
+    rollback: bool = False
+
+    @constraint_kinds.validator
+    def _known(self, _attr: Any, value: tuple[str, ...]) -> None:
+        unknown = sorted(set(value) - set(CONSTRAINT_KINDS))
+        if unknown:
+            raise SpecError(
+                f"grammar backend {self.name!r} declares unknown constraint kinds {unknown}; "
+                f"valid: {', '.join(CONSTRAINT_KINDS)}"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class ProposerSpec(BackendSpec):
+    """A speculative-decoding proposer; ``tree`` when it proposes tree-shaped drafts."""
+
+    kind: ClassVar[str] = "proposer"
+
+    tree: bool = False
+    needs_model: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class EvictionSpec(BackendSpec):
+    """A KV-cache block eviction policy (used by the device block pool and the offload tier)."""
+
+    kind: ClassVar[str] = "eviction"
+
+
+@attrs.frozen(kw_only=True)
+class ToolParserSpec(BackendSpec):
+    """A tool-call parser; ``template_markers`` are chat-template substrings used for detection."""
+
+    kind: ClassVar[str] = "tool_parser"
+
+    model_families: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    template_markers: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningParserSpec(BackendSpec):
+    """A reasoning-content parser (text between the model's thinking markers)."""
+
+    kind: ClassVar[str] = "reasoning_parser"
+
+    model_families: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    template_markers: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)

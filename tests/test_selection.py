@@ -1,0 +1,130 @@
+"""Selection precedence (argument > env > project > user > priority) and option validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyagent_core.config import write_selection
+from pyagent_core.errors import ConfigError, OptionError
+
+PLUGIN = """
+    from pyagent_core import hookimpl, AttentionSpec, OptionSpec
+
+    @hookimpl
+    def pyagent_register_attention_backends(register):
+        for name, priority in (("low", 1), ("mid", 5), ("high", 9), ("env", 0), ("proj", 0), ("usr", 0)):
+            register(AttentionSpec(
+                name=name, impl="attn_impl:Impl", priority=priority,
+                options={
+                    "block_size": OptionSpec(type=int, default=16, min=1, max=256, help="tokens per block"),
+                    "layout": OptionSpec(type=str, default="nhd", choices=("nhd", "hnd")),
+                    "fast": bool,
+                },
+            ))
+        register(AttentionSpec(name="missing", impl="x:Y", priority=100, requires=("no-such-dist",)))
+"""
+
+
+@pytest.fixture
+def attn(site, tmp_path):
+    site.add("dist-attn", {"attn_plugin": PLUGIN}, {"attn": "attn_plugin"})
+    project = tmp_path / "proj"
+    project.mkdir()
+    return {"project": project / "pyagent.toml", "user": tmp_path / "user" / "config.toml",
+            "cwd": project}
+
+
+def select(make_registry, attn, name=None, env=None, options=None):
+    return make_registry(env or {}, cwd=attn["cwd"]).select("attention", name, options)
+
+
+@pytest.mark.parametrize(
+    ("name", "env", "project", "user", "expected", "source"),
+    [
+        ("low", "env", "proj", "usr", "low", "argument"),
+        (None, "env", "proj", "usr", "env", "environment PYAGENT_ATTENTION"),
+        (None, None, "proj", "usr", "proj", "project file"),
+        (None, None, None, "usr", "usr", "user file"),
+        (None, None, None, None, "high", "default (priority 9)"),
+    ],
+)
+def test_precedence(make_registry, attn, name, env, project, user, expected, source):
+    if project:
+        write_selection(attn["project"], "attention", project, {})
+    if user:
+        write_selection(attn["user"], "attention", user, {})
+    environ = {"PYAGENT_ATTENTION": env} if env else {}
+    chosen = select(make_registry, attn, name, environ)
+    assert chosen.backend.name == expected
+    assert chosen.source.startswith(source)
+
+
+def test_project_file_is_found_in_a_parent_folder(make_registry, attn):
+    write_selection(attn["project"], "attention", "proj", {})
+    nested = attn["cwd"] / "a" / "b"
+    nested.mkdir(parents=True)
+    assert make_registry(cwd=nested).select("attention").backend.name == "proj"
+
+
+def test_unavailable_highest_priority_is_not_the_default(make_registry, attn):
+    registry = make_registry(cwd=attn["cwd"])
+    assert registry.default("attention").name == "high"
+    assert not registry.availability(registry.get("attention", "missing")).available
+
+
+def test_options_merge_with_sources(make_registry, attn):
+    write_selection(attn["user"], "attention", "mid", {"block_size": 64, "layout": "hnd"})
+    write_selection(attn["project"], "attention", "mid", {"block_size": 32})
+    chosen = select(make_registry, attn, options={"fast": "yes"})
+    assert dict(chosen.options) == {"block_size": 32, "layout": "hnd", "fast": True}
+    assert chosen.option_sources["block_size"].startswith("project file")
+    assert chosen.option_sources["layout"].startswith("user file")
+    assert chosen.option_sources["fast"] == "argument"
+
+
+def test_cli_string_options_are_converted(make_registry, attn):
+    chosen = select(make_registry, attn, "mid", options={"block_size": "128", "fast": "off"})
+    assert chosen.options["block_size"] == 128 and chosen.options["fast"] is False
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"block_size": "sixteen"}, r"option 'block_size' .* expects int, got 'sixteen'"),
+        ({"block_size": 1.5}, r"expects int"),
+        ({"block_size": 0}, r"must be >= 1"),
+        ({"block_size": 512}, r"must be <= 256"),
+        ({"layout": "xyz"}, r"must be one of \['nhd', 'hnd'\]"),
+        ({"fast": "maybe"}, r"expects bool"),
+        ({"blok_size": 8}, r"unknown option 'blok_size' .* valid options: block_size, fast, layout"),
+    ],
+)
+def test_bad_options_raise_naming_key_value_and_fix(make_registry, attn, options, message):
+    with pytest.raises(OptionError, match=message):
+        select(make_registry, attn, "mid", options=options)
+
+
+def test_bad_option_in_a_file_names_the_file(make_registry, attn):
+    write_selection(attn["project"], "attention", "mid", {"block_size": "big"})
+    with pytest.raises(OptionError, match=r"expects int.*from project file .*pyagent.toml"):
+        select(make_registry, attn)
+
+
+def test_malformed_config_file_is_a_config_error(make_registry, attn):
+    attn["project"].write_text("[attention\nbackend = 1\n")
+    with pytest.raises(ConfigError, match="cannot parse project config"):
+        make_registry(cwd=attn["cwd"])
+    attn["project"].write_text("[attenshun]\nbackend = 'x'\n")
+    with pytest.raises(ConfigError, match="unknown table \\[attenshun\\]"):
+        make_registry(cwd=attn["cwd"])
+    attn["project"].write_text("[attention]\nblock_size = 3\n")
+    with pytest.raises(ConfigError, match="is not allowed"):
+        make_registry(cwd=attn["cwd"])
+
+
+def test_write_selection_keeps_other_tables(attn):
+    write_selection(attn["project"], "attention", "mid", {"block_size": 8})
+    write_selection(attn["project"], "sampler", "top_k", {})
+    write_selection(attn["project"], "attention", "low", {})
+    text = attn["project"].read_text()
+    assert 'backend = "low"' in text and 'backend = "top_k"' in text and "block_size = 8" in text

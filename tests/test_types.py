@@ -1,0 +1,59 @@
+"""Spec records validate on construction, so a malformed registration fails in its own plugin."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from pyagent_core import GrammarSpec, OptionSpec, SamplerSpec
+from pyagent_core.errors import SpecError, UnknownKindError
+from pyagent_core.kinds import KINDS, get_kind
+
+
+@pytest.mark.parametrize("name", ["", "Top_K", "top k", "dist:name", "-x"])
+def test_bad_names(name):
+    with pytest.raises(SpecError, match="backend name"):
+        SamplerSpec(name=name, impl="a.b:C")
+
+
+@pytest.mark.parametrize("impl", ["a.b", "a.b:", ":C", "a b:C", "a.b:C:D"])
+def test_bad_impl_paths(impl):
+    with pytest.raises(SpecError, match="impl path"):
+        SamplerSpec(name="x", impl=impl)
+
+
+def test_records_are_frozen_and_options_read_only():
+    spec = SamplerSpec(name="x", impl="a:B", options={"k": int}, requires="torch")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        spec.name = "y"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.options["k"] = OptionSpec(type=str)  # type: ignore[index]
+    assert spec.requires == ("torch",)
+
+
+def test_capabilities_are_the_kind_specific_fields():
+    spec = GrammarSpec(name="g", impl="a:B", constraint_kinds=("regex",), jump_forward=True)
+    assert spec.capabilities() == {"constraint_kinds": ("regex",), "grammar_dialects": (),
+                                   "jump_forward": True, "rollback": False}
+
+
+def test_unknown_constraint_kind():
+    with pytest.raises(SpecError, match="unknown constraint kinds \\['regexp'\\]"):
+        GrammarSpec(name="g", impl="a:B", constraint_kinds=("regexp",))
+
+
+def test_every_kind_has_a_record_and_hook():
+    for kind in KINDS.values():
+        assert kind.spec_type.kind == kind.name
+        assert kind.hook.startswith("pyagent_register_")
+
+
+@pytest.mark.parametrize(("alias", "kind"), [("samplers", "sampler"), ("tool-parser", "tool_parser"),
+                                             ("KVCACHE", "eviction"), ("spec_decode", "proposer")])
+def test_kind_aliases(alias, kind):
+    assert get_kind(alias).name == kind
+
+
+def test_unknown_kind_lists_the_kinds():
+    with pytest.raises(UnknownKindError, match="unknown component kind 'sampeler'; choose one of: attention"):
+        get_kind("sampeler")
