@@ -1,0 +1,175 @@
+"""Attention interface: causal attention over a paged KV cache.
+
+The KV cache of one layer is a single tensor laid out as
+``[2, num_blocks, block_size, num_kv_heads, head_size]``: index 0 of the first dimension holds keys,
+index 1 values. A *slot* is a flat position in the cache, ``slot = block_id * block_size + offset``;
+token ``pos`` of sequence ``s`` lives at block ``block_tables[s, pos // block_size]``, offset
+``pos % block_size``. The block size is ``kv_cache.shape[2]``.
+
+A batch mixes sequences freely: a prefill (many new tokens, maybe after cached context: chunked
+prefill or a prefix-cache hit), a decode step (one new token) or a draft tree being verified. The
+new tokens of all sequences are concatenated along the token dimension; sequence ``s`` owns tokens
+``query_start_loc[s]:query_start_loc[s + 1]``, which sit at positions ``seq_lens[s] - query_len``
+to ``seq_lens[s] - 1``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@attrs.frozen(eq=False)
+class AttentionMetadata:
+    """Where the batch's tokens sit in the paged cache; shared by every layer of one step.
+
+    Attributes:
+        block_tables: ``int32 [num_seqs, max_blocks]``; row ``s`` lists the cache blocks of sequence
+            ``s`` in order. Entries past ``ceil(seq_lens[s] / block_size)`` are padding (any valid
+            block id) and must not be read.
+        slot_mapping: ``int64 [num_tokens]``; the cache slot each new token's key and value go to.
+        seq_lens: ``int32 [num_seqs]``; total tokens of each sequence including the new ones.
+        query_start_loc: ``int32 [num_seqs + 1]``; cumulative new-token counts, starting at 0 and
+            ending at ``num_tokens``.
+        max_query_len: the largest number of new tokens of one sequence (a host integer).
+        max_seq_len: the largest entry of ``seq_lens`` (a host integer).
+        tree_mask: ``None`` for plain causal attention, or ``bool [num_tokens, max_query_len]`` for
+            draft-tree verification: ``tree_mask[t, j]`` says whether new token ``t`` may attend to
+            the ``j``-th new token of its own sequence. Cached context (positions before the new
+            tokens) is always visible; columns past the sequence's query length are ignored.
+    """
+
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    max_query_len: int
+    max_seq_len: int
+    tree_mask: torch.Tensor | None = None
+
+    @property
+    def num_seqs(self) -> int:
+        """Number of sequences in the batch."""
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of new tokens in the batch (all sequences together)."""
+        return int(self.slot_mapping.shape[0])
+
+    def check_shapes(self) -> None:
+        """Raise ``ValueError`` naming the field when a shape or dtype breaks the layout above.
+
+        Reads no tensor values, so it never synchronises with a device.
+        """
+        import torch
+
+        n, t = self.num_seqs, self.num_tokens
+        for name, tensor, dtype, shape in (
+            ("seq_lens", self.seq_lens, torch.int32, (n,)),
+            ("slot_mapping", self.slot_mapping, torch.int64, (t,)),
+            ("query_start_loc", self.query_start_loc, torch.int32, (n + 1,)),
+        ):
+            _expect(tensor.dtype == dtype, f"metadata.{name} must be {dtype}, got {tensor.dtype}")
+            _expect(tuple(tensor.shape) == shape,
+                    f"metadata.{name} must have shape {list(shape)}, got {list(tensor.shape)}")
+        tables = self.block_tables
+        _expect(tables.dtype == torch.int32, f"metadata.block_tables must be torch.int32, got {tables.dtype}")
+        _expect(tables.dim() == 2 and tables.shape[0] == n,
+                f"metadata.block_tables must have shape [{n}, max_blocks], got {list(tables.shape)}")
+        if self.tree_mask is not None:
+            mask = self.tree_mask
+            _expect(mask.dtype == torch.bool, f"metadata.tree_mask must be torch.bool, got {mask.dtype}")
+            _expect(tuple(mask.shape) == (t, self.max_query_len),
+                    f"metadata.tree_mask must have shape [{t}, {self.max_query_len}], got {list(mask.shape)}")
+
+
+class AttentionBackend(ABC):
+    """Computes attention for one layer at a time over the paged KV cache.
+
+    Constructed once per model (shared by its layers). Shape and dtype problems raise
+    ``ValueError`` naming the offending tensor; call :meth:`check_inputs` at the top of
+    :meth:`forward` to get that behaviour.
+
+    Args:
+        num_heads: number of query heads.
+        head_size: size of each head.
+        num_kv_heads: number of key/value heads; divides ``num_heads`` (query head ``h`` reads
+            key/value head ``h // (num_heads // num_kv_heads)``: grouped-query attention).
+        scale: factor applied to ``q @ k.T`` before the softmax, usually ``head_size ** -0.5``.
+        options: the backend's validated options (defaults filled in).
+    """
+
+    def __init__(
+        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
+    ) -> None:
+        _expect(num_heads > 0 and num_kv_heads > 0 and num_heads % num_kv_heads == 0,
+                f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})")
+        _expect(head_size > 0, f"head_size must be positive, got {head_size}")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.num_kv_heads = num_kv_heads
+        self.scale = scale
+        self.options = dict(options)
+
+    @classmethod  # noqa: B027 - optional hook
+    def check_available(cls) -> None:
+        """Raise with a reason if this backend cannot run here (deep check, ``--check``)."""
+
+    def check_inputs(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+    ) -> None:
+        """Raise ``ValueError`` if the arguments of :meth:`forward` do not fit each other."""
+        metadata.check_shapes()
+        t, h, d, kvh = metadata.num_tokens, self.num_heads, self.head_size, self.num_kv_heads
+        for name, tensor, shape in (("q", q, (t, h, d)), ("k", k, (t, kvh, d)), ("v", v, (t, kvh, d))):
+            _expect(tuple(tensor.shape) == shape,
+                    f"{name} must have shape {list(shape)} [num_tokens, heads, head_size], "
+                    f"got {list(tensor.shape)}")
+            _expect(tensor.dtype == kv_cache.dtype,
+                    f"{name} has dtype {tensor.dtype} but kv_cache has {kv_cache.dtype}; use one dtype")
+        cache_ok = kv_cache.dim() == 5 and kv_cache.shape[0] == 2 and tuple(kv_cache.shape[3:]) == (kvh, d)
+        _expect(cache_ok, f"kv_cache must have shape [2, num_blocks, block_size, {kvh}, {d}], "
+                f"got {list(kv_cache.shape)}")
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        """Store the new keys/values in the cache, then attend; return ``[num_tokens, num_heads, head_size]``.
+
+        Args:
+            q: ``[num_tokens, num_heads, head_size]`` queries of the new tokens.
+            k: ``[num_tokens, num_kv_heads, head_size]`` keys of the new tokens.
+            v: ``[num_tokens, num_kv_heads, head_size]`` values of the new tokens.
+            kv_cache: this layer's cache (layout in the module docstring), same dtype as ``q``.
+                ``k[t]`` and ``v[t]`` are written at ``metadata.slot_mapping[t]``; no other slot
+                changes.
+            metadata: the batch layout, see :class:`AttentionMetadata`.
+            layer: index of the layer, for backends that keep per-layer state.
+
+        Each new token attends to every earlier position of its sequence and to itself (causal),
+        or as ``metadata.tree_mask`` says; the output has ``q``'s dtype.
+        """

@@ -1,0 +1,156 @@
+"""Speculative-decoding proposer interface: cheap drafts that the target model verifies.
+
+Each step the engine calls :meth:`Proposer.propose` with a view of every running request and gets
+back one draft (or ``None``) per request. The engine verifies drafts against the target model
+(greedy exact match or rejection sampling, shared by every proposer), appends the accepted draft
+tokens plus one token of its own to the request's output, then reports the outcome with
+:meth:`Proposer.on_verified`. :meth:`Proposer.on_finished` drops a request's state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+ROOT = -1
+"""Parent index of draft nodes that directly follow the request's last token."""
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _to_scores(value: Sequence[float] | None) -> tuple[float, ...] | None:
+    return None if value is None else tuple(float(s) for s in value)
+
+
+@attrs.frozen
+class DraftTree:
+    """A draft: token nodes in topological order, each pointing at its parent.
+
+    ``parents[i]`` is the index of node ``i``'s parent, smaller than ``i``, or :data:`ROOT` (-1)
+    when node ``i`` follows the request's last token. A chain (one guess per position) is the tree
+    with ``parents[i] == i - 1``. Siblings are alternative guesses for the same position.
+
+    Attributes:
+        token_ids: the drafted token of each node; at least one node.
+        parents: the parent of each node, as above.
+        scores: optional per-node scores, higher meaning more likely (e.g. draft log-probabilities).
+
+    Raises:
+        ValueError: when the lengths differ, a parent index is out of range, or a token is negative.
+    """
+
+    token_ids: tuple[int, ...] = attrs.field(converter=_ints)
+    parents: tuple[int, ...] = attrs.field(converter=_ints)
+    scores: tuple[float, ...] | None = attrs.field(default=None, converter=_to_scores)
+
+    def __attrs_post_init__(self) -> None:
+        n = len(self.token_ids)
+        if n == 0:
+            raise ValueError("a draft tree needs at least one node; return None for no draft")
+        if len(self.parents) != n or (self.scores is not None and len(self.scores) != n):
+            raise ValueError(
+                f"draft tree has {n} tokens, {len(self.parents)} parents and "
+                f"{'no' if self.scores is None else len(self.scores)} scores; give one of each per node"
+            )
+        for i, parent in enumerate(self.parents):
+            if not ROOT <= parent < i:
+                raise ValueError(f"parent of draft node {i} is {parent}; it must be -1 (root) or in [0, {i})")
+        negative = [t for t in self.token_ids if t < 0]
+        if negative:
+            raise ValueError(f"draft token ids must be non-negative, got {negative}")
+
+    @classmethod
+    def chain(cls, token_ids: Sequence[int], scores: Sequence[float] | None = None) -> DraftTree:
+        """The linear draft ``token_ids[0] -> token_ids[1] -> ...``."""
+        return cls(token_ids, range(ROOT, len(token_ids) - 1), scores)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def is_chain(self) -> bool:
+        """True when every node's parent is the node before it."""
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+
+    def node_depths(self) -> tuple[int, ...]:
+        """Depth of every node: 1 for children of the root, parent's depth + 1 otherwise."""
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(1 if parent == ROOT else depths[parent] + 1)
+        return tuple(depths)
+
+    @property
+    def depth(self) -> int:
+        """Length of the longest root-to-leaf path: the most tokens a verification can accept."""
+        return max(self.node_depths())
+
+    def path(self, node: int) -> tuple[int, ...]:
+        """Node indices from the root's child down to ``node`` (inclusive)."""
+        if not 0 <= node < len(self):
+            raise IndexError(f"draft node {node} out of range [0, {len(self)})")
+        nodes = []
+        while node != ROOT:
+            nodes.append(node)
+            node = self.parents[node]
+        return tuple(reversed(nodes))
+
+    def children(self, node: int = ROOT) -> tuple[int, ...]:
+        """Indices of the nodes whose parent is ``node`` (default: the root)."""
+        return tuple(i for i, parent in enumerate(self.parents) if parent == node)
+
+
+@attrs.frozen
+class ProposerRequest:
+    """Read-only view of a running request handed to :meth:`Proposer.propose`.
+
+    The token sequences are the engine's own; a proposer must not modify them.
+    """
+
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    output_token_ids: Sequence[int]
+
+    def all_token_ids(self) -> list[int]:
+        """Prompt followed by output: the context the next draft continues."""
+        return [*self.prompt_token_ids, *self.output_token_ids]
+
+
+class Proposer(ABC):
+    """Proposes draft continuations for a batch of requests.
+
+    Constructed once per engine. Proposals must be deterministic: the same calls in the same order
+    give the same drafts (seed any randomness from the options).
+
+    Args:
+        options: the proposer's validated options (defaults filled in).
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+
+    @classmethod  # noqa: B027 - optional hook
+    def check_available(cls) -> None:
+        """Raise with a reason if this proposer cannot run here (deep check, ``--check``)."""
+
+    @abstractmethod
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        """One draft per request, in order, or ``None`` where the proposer has no guess.
+
+        Every draft has at most ``max_tokens`` nodes (so ``max_tokens == 0`` gives only ``None``)
+        and must be a chain unless the proposer's spec says ``tree=True``. Token ids are below the
+        model's vocabulary size.
+        """
+
+    def on_verified(self, request_id: str, accepted: int) -> None:  # noqa: B027 - optional hook
+        """``accepted`` tokens of the request's last draft (0 up to its depth) matched the target.
+
+        Called once per proposed draft, after the engine appended the accepted tokens and one more
+        token to the request's output. Default: nothing.
+        """
+
+    def on_finished(self, request_id: str) -> None:  # noqa: B027 - optional hook
+        """The request finished or was aborted; drop any state kept for it. Default: nothing."""

@@ -1,0 +1,171 @@
+"""Tool-call parser interface: OpenAI-shaped tool calls out of a model's raw text.
+
+A parser turns the generated text into assistant content plus tool calls, either once at the end
+(:meth:`ToolParser.extract`) or while streaming (:meth:`StreamingParser.extract_delta`, then
+:meth:`StreamingParser.finish`). The two must agree: concatenating the streamed content gives the
+extracted content, and the streamed fragments of call ``i`` give its name and arguments.
+
+Streaming rules, shared with reasoning parsers: one parser instance follows one stream at a time
+(:meth:`StreamingParser.reset` starts another). ``previous_text`` is everything before
+``delta_text``. A parser may hold text back (a possible start of a marker) and emit it later; at the
+end :meth:`StreamingParser.finish` releases anything still held. The first delta of tool call ``i``
+carries its ``id`` and ``name``; later deltas of that call carry only argument fragments.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+
+def new_tool_call_id() -> str:
+    """A fresh OpenAI-style tool call id, ``call_`` followed by 24 hex digits."""
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+@attrs.frozen
+class ToolCall:
+    """A complete tool call.
+
+    Attributes:
+        name: the function's name.
+        arguments: the arguments as JSON text (an object).
+        id: unique id of the call; generated when not given.
+        type: always ``"function"`` today.
+    """
+
+    name: str
+    arguments: str
+    id: str = attrs.field(factory=new_tool_call_id)
+    type: str = "function"
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call as an OpenAI ``tool_calls`` entry."""
+        function = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.id, "type": self.type, "function": function}
+
+
+@attrs.frozen
+class DeltaToolCall:
+    """A streamed fragment of tool call number ``index`` (0-based, in order of appearance).
+
+    Attributes:
+        index: which call of the message this fragment belongs to.
+        id: the call's id, only in its first fragment.
+        name: the function's name, only in its first fragment.
+        arguments: the next piece of the arguments' JSON text (may be empty).
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The fragment as an OpenAI streaming ``tool_calls`` entry (absent fields left out)."""
+        function: dict[str, str] = {"arguments": self.arguments}
+        out: dict[str, Any] = {"index": self.index, "function": function}
+        if self.id is not None:
+            out.update(id=self.id, type="function")
+        if self.name is not None:
+            function["name"] = self.name
+        return out
+
+
+def _fragments(values: Iterable[DeltaToolCall]) -> tuple[DeltaToolCall, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class DeltaMessage:
+    """What one streaming step adds to the assistant message (OpenAI ``delta`` shaped).
+
+    Attributes:
+        content: new visible text, or ``None``.
+        reasoning_content: new reasoning text, or ``None``.
+        tool_calls: new tool-call fragments.
+    """
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: tuple[DeltaToolCall, ...] = attrs.field(default=(), converter=_fragments)
+
+
+def _calls(values: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(values)
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class ExtractedToolCalls:
+    """The result of parsing a complete message.
+
+    Attributes:
+        content: the text outside tool calls, ``None`` when there is none.
+        tool_calls: the valid calls, in order.
+        errors: one message per call that could not be parsed (bad JSON, unknown shape); such
+            calls are left out of ``tool_calls``.
+    """
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    errors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+
+    @property
+    def tools_called(self) -> bool:
+        """Whether at least one valid tool call was found."""
+        return bool(self.tool_calls)
+
+
+class StreamingParser(ABC):
+    """Streaming half shared by tool-call and reasoning parsers (rules in the module docstring).
+
+    Args:
+        options: the parser's validated options (defaults filled in).
+    """
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+
+    @classmethod  # noqa: B027 - optional hook
+    def check_available(cls) -> None:
+        """Raise with a reason if this parser cannot run here (deep check, ``--check``)."""
+
+    @abstractmethod
+    def extract_delta(self, previous_text: str, delta_text: str) -> DeltaMessage | None:
+        """What ``delta_text`` adds to the message; ``None`` when nothing can be emitted yet.
+
+        Never raises on odd model output: malformed text becomes content or is dropped.
+        """
+
+    def finish(self, text: str) -> DeltaMessage | None:
+        """End of stream (``text`` is the whole text): emit what was held back. Default: nothing."""
+        return None
+
+    def reset(self) -> None:  # noqa: B027 - optional hook
+        """Forget the current stream's state before following another. Default: nothing."""
+
+
+class ToolParser(StreamingParser):
+    """Finds tool calls in generated text.
+
+    Args:
+        tools: the request's tools as OpenAI tool definitions
+            (``{"type": "function", "function": {"name": ..., "parameters": {...}}}``).
+        options: the parser's validated options (defaults filled in).
+    """
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> None:
+        super().__init__(options)
+        self.tools = list(tools)
+
+    @abstractmethod
+    def extract(self, text: str) -> ExtractedToolCalls:
+        """Split a complete message into content and tool calls; never raises on odd model output."""

@@ -1,0 +1,305 @@
+"""Conformance kit for attention backends: random paged batches against a naive torch reference.
+
+Each check builds batches of one shape family (decode, prefill, block boundaries, many blocks,
+mixed), runs them for every dtype, block size and head layout (MHA, GQA, MQA) the spec allows, and
+compares the output and the updated cache with :func:`reference_attention`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+import torch
+
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.testing.base import BackendConformance
+from pyagent_core.testing.support import expect_raises
+from pyagent_core.types import AttentionSpec
+
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (2e-2, 2e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+"""(atol, rtol) per dtype for outputs compared with the float32 reference."""
+
+HEAD_LAYOUTS = ((4, 4), (8, 2), (4, 1))
+"""(num_heads, num_kv_heads): plain multi-head, grouped-query (4 per group), multi-query."""
+
+
+@attrs.frozen
+class Shape:
+    """A batch shape: cached tokens and new tokens of each sequence."""
+
+    context_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+
+
+@attrs.frozen(eq=False)
+class Batch:
+    """One random batch: the inputs of ``forward`` plus the scale."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    kv_cache: torch.Tensor
+    metadata: AttentionMetadata
+    scale: float
+
+    def args(self) -> tuple[Any, ...]:
+        """Positional arguments of ``forward`` (layer 0), the cache cloned so retries start clean."""
+        return self.q, self.k, self.v, self.kv_cache.clone(), self.metadata, 0
+
+
+def _tree_mask(query_lens: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Random draft trees: token ``i`` of a sequence may see itself and its ancestors only."""
+    rows = []
+    width = max(query_lens)
+    for n in query_lens:
+        ancestors: list[set[int]] = []
+        for i in range(n):
+            parent = int(torch.randint(-1, i, (1,), generator=gen)) if i else -1
+            ancestors.append({i} | (ancestors[parent] if parent >= 0 else set()))
+        for seen in ancestors:
+            rows.append([j in seen for j in range(width)])
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+def make_batch(
+    shape: Shape,
+    *,
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    seed: int,
+    tree: bool = False,
+) -> Batch:
+    """Build a random batch of ``shape`` over shuffled, non-contiguous cache blocks.
+
+    The cache holds random keys/values for the context; block-table padding points at valid blocks
+    of other sequences, so a backend that reads past a sequence's end gets wrong numbers.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    seq_lens = [c + q for c, q in zip(shape.context_lens, shape.query_lens, strict=True)]
+    blocks_needed = [math.ceil(n / block_size) for n in seq_lens]
+    num_blocks = sum(blocks_needed) + 2
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    max_blocks = max(blocks_needed)
+    tables, slots, start = [], [], 0
+    for need, ctx, n in zip(blocks_needed, shape.context_lens, seq_lens, strict=True):
+        own = order[start:start + need]
+        start += need
+        tables.append(own + [order[(start + i) % num_blocks] for i in range(max_blocks - need)])
+        slots += [own[p // block_size] * block_size + p % block_size for p in range(ctx, n)]
+    num_tokens = sum(shape.query_lens)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=gen).to(dtype)
+
+    metadata = AttentionMetadata(
+        block_tables=torch.tensor(tables, dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        query_start_loc=torch.tensor([0, *itertools.accumulate(shape.query_lens)], dtype=torch.int32),
+        max_query_len=max(shape.query_lens),
+        max_seq_len=max(seq_lens),
+        tree_mask=_tree_mask(shape.query_lens, gen) if tree else None,
+    )
+    return Batch(
+        q=randn(num_tokens, num_heads, head_size),
+        k=randn(num_tokens, num_kv_heads, head_size),
+        v=randn(num_tokens, num_kv_heads, head_size),
+        kv_cache=randn(2, num_blocks, block_size, num_kv_heads, head_size),
+        metadata=metadata,
+        scale=head_size**-0.5,
+    )
+
+
+def reference_attention(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Naive paged attention in float32: ``(output, cache after the write)``.
+
+    Writes the new keys/values at their slots, gathers each sequence's keys/values position by
+    position through its block table, expands key/value heads for grouped-query attention and
+    applies a causal (or tree) mask before the softmax.
+    """
+    md = batch.metadata
+    cache = batch.kv_cache.clone()
+    _, _, block_size, num_kv_heads, head_size = cache.shape
+    flat = cache.view(2, -1, num_kv_heads, head_size)
+    flat[0, md.slot_mapping] = batch.k
+    flat[1, md.slot_mapping] = batch.v
+    group = batch.q.shape[1] // num_kv_heads
+    out = torch.empty(batch.q.shape, dtype=torch.float32)
+    starts = md.query_start_loc.tolist()
+    for s, seq_len in enumerate(md.seq_lens.tolist()):
+        lo, hi = starts[s], starts[s + 1]
+        ctx = seq_len - (hi - lo)
+        positions = torch.arange(seq_len)
+        slots = md.block_tables[s].long()[positions // block_size] * block_size + positions % block_size
+        keys = flat[0, slots].float().repeat_interleave(group, dim=1)
+        values = flat[1, slots].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", batch.q[lo:hi].float(), keys) * batch.scale
+        query_pos = torch.arange(ctx, seq_len).unsqueeze(1)
+        allowed = positions.unsqueeze(0) <= query_pos
+        if md.tree_mask is not None:
+            allowed[:, ctx:] = md.tree_mask[lo:hi, : hi - lo]
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        out[lo:hi] = torch.einsum("hqk,khd->qhd", weights, values)
+    return out, cache
+
+
+def _shapes_decode_single(_bs: int) -> list[Shape]:
+    return [Shape((37,), (1,)), Shape((0,), (1,))]
+
+
+def _shapes_decode_batch(bs: int) -> list[Shape]:
+    return [Shape((5, bs, 33, 3 * bs + 1), (1, 1, 1, 1))]
+
+
+def _shapes_prefill(_bs: int) -> list[Shape]:
+    return [Shape((0, 0, 0), (1, 7, 33)), Shape((0,), (2,))]
+
+
+def _shapes_block_boundary(bs: int) -> list[Shape]:
+    return [Shape((bs, 2 * bs - 1, bs - 1, 0), (bs, 1, 2, 2 * bs))]
+
+
+def _shapes_many_blocks(bs: int) -> list[Shape]:
+    return [Shape((20 * bs + 3, 0), (3, 9 * bs - 1))]
+
+
+def _shapes_mixed(bs: int) -> list[Shape]:
+    return [Shape((20, 0, 45, 9, bs), (5, 11, 1, 1, bs + 3))]
+
+
+def _shapes_tree(bs: int) -> list[Shape]:
+    return [Shape((10, 0, bs), (6, 4, 1))]
+
+
+class AttentionConformance(BackendConformance):
+    """Kit for :class:`AttentionBackend` s. Set ``impl`` and ``spec``; override hooks as needed.
+
+    Dtypes, head size and block sizes come from the spec (``head_sizes``/``block_sizes`` empty
+    means any: the kit uses 64 and both 4 and 16). Prefill, decode and tree-mask checks are skipped
+    when the spec says the backend does not handle them.
+    """
+
+    kind = "attention"
+    spec: ClassVar[AttentionSpec]
+    default_head_size: ClassVar[int] = 64
+    default_block_sizes: ClassVar[tuple[int, ...]] = (4, 16)
+
+    def make_backend(
+        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float
+    ) -> AttentionBackend:
+        """Construct the backend under test (override to pass extra setup)."""
+        backend: AttentionBackend = self.impl(num_heads, head_size, num_kv_heads, scale, self.make_options())
+        return backend
+
+    def configurations(self) -> Iterator[dict[str, Any]]:
+        """Every (dtype, block size, head layout) combination the spec allows, with the head size."""
+        head_size = self.spec.head_sizes[0] if self.spec.head_sizes else self.default_head_size
+        for dtype_name in self.spec.dtypes:
+            dtype = getattr(torch, dtype_name)
+            for block_size in self.spec.block_sizes or self.default_block_sizes:
+                for num_heads, num_kv_heads in HEAD_LAYOUTS:
+                    yield dict(dtype=dtype, block_size=block_size, num_heads=num_heads,
+                               num_kv_heads=num_kv_heads, head_size=head_size)
+
+    def run_shapes(self, shapes: Callable[[int], list[Shape]], tree: bool = False) -> None:
+        """Run every shape of ``shapes(block_size)`` in every configuration against the reference."""
+        for seed, config in enumerate(self.configurations()):
+            for shape in shapes(config["block_size"]):
+                batch = make_batch(shape, seed=seed, tree=tree, **config)
+                self.check_batch(batch, f"{shape} {config}")
+
+    def check_batch(self, batch: Batch, label: str) -> None:
+        """Compare the backend's output and cache with :func:`reference_attention` on ``batch``."""
+        num_heads, head_size = batch.q.shape[1:]
+        backend = self.make_backend(num_heads, head_size, batch.k.shape[1], batch.scale)
+        q, k, v, cache, metadata, layer = batch.args()
+        out = backend.forward(q, k, v, cache, metadata, layer)
+        expected_out, expected_cache = reference_attention(batch)
+        assert out.shape == q.shape, f"{label}: output shape {list(out.shape)}, want {list(q.shape)}"
+        assert out.dtype == q.dtype, f"{label}: output dtype {out.dtype}, want {q.dtype}"
+        assert torch.equal(cache, expected_cache), (
+            f"{label}: kv_cache after forward differs from writing k/v at slot_mapping (and nothing else)"
+        )
+        atol, rtol = TOLERANCES[batch.q.dtype]
+        torch.testing.assert_close(
+            out.float(), expected_out, atol=atol, rtol=rtol, msg=lambda m: f"{label}: {m}"
+        )
+
+    def _require(self, flag: str) -> None:
+        if not getattr(self.spec, flag):
+            pytest.skip(f"spec says {flag}=False")
+
+    def test_decode_single_token(self) -> None:
+        self._require("decode")
+        self.run_shapes(_shapes_decode_single)
+
+    def test_decode_batch(self) -> None:
+        self._require("decode")
+        self.run_shapes(_shapes_decode_batch)
+
+    def test_prefill_odd_lengths(self) -> None:
+        self._require("prefill")
+        self.run_shapes(_shapes_prefill)
+
+    def test_block_boundaries(self) -> None:
+        self._require("prefill")
+        self.run_shapes(_shapes_block_boundary)
+
+    def test_many_blocks(self) -> None:
+        self._require("prefill")
+        self.run_shapes(_shapes_many_blocks)
+
+    def test_mixed_prefill_and_decode(self) -> None:
+        self._require("prefill")
+        self._require("decode")
+        self.run_shapes(_shapes_mixed)
+
+    def test_tree_mask(self) -> None:
+        self._require("tree_mask")
+        self.run_shapes(_shapes_tree, tree=True)
+
+    def test_rejects_num_heads_not_multiple_of_kv_heads(self) -> None:
+        expect_raises(ValueError, self.make_backend, 6, 64, 4, 0.125, what="num_heads=6, num_kv_heads=4")
+
+    def test_rejects_mismatched_inputs(self) -> None:
+        config = next(self.configurations())
+        batch = make_batch(Shape((3, 0), (2, 5)), seed=0, **config)
+        backend = self.make_backend(
+            config["num_heads"], config["head_size"], config["num_kv_heads"], batch.scale
+        )
+        md = batch.metadata
+        t = md.num_tokens
+        bad_inputs: dict[str, dict[str, Any]] = {
+            "q with one head too many": dict(q=torch.cat([batch.q, batch.q[:, :1]], dim=1)),
+            "k with one token fewer than q": dict(k=batch.k[:-1]),
+            "v with a smaller head size": dict(v=batch.v[..., :-1]),
+            "k in another dtype than the cache": dict(k=batch.k.double()),
+            "kv_cache without the leading k/v dimension": dict(kv_cache=batch.kv_cache[0]),
+            "slot_mapping as int32": dict(slot_mapping=md.slot_mapping.int()),
+            "slot_mapping of the wrong length": dict(slot_mapping=md.slot_mapping[:-1]),
+            "query_start_loc missing its last entry": dict(query_start_loc=md.query_start_loc[:-1]),
+            "seq_lens of the wrong length": dict(seq_lens=md.seq_lens[:1]),
+            "block_tables as int64": dict(block_tables=md.block_tables.long()),
+            "tree_mask of the wrong shape": dict(tree_mask=torch.ones(t, 1, dtype=torch.bool)),
+        }
+        tensor_fields = {f.name for f in attrs.fields(Batch)}
+        for what, change in bad_inputs.items():
+            inputs = {k: v for k, v in change.items() if k in tensor_fields}
+            md_fields = {k: v for k, v in change.items() if k not in tensor_fields}
+            args = attrs.evolve(batch, metadata=attrs.evolve(md, **md_fields), **inputs).args()
+            expect_raises(ValueError, backend.forward, *args, what=f"forward with {what}")
+            assert torch.equal(args[3], change.get("kv_cache", batch.kv_cache)), (
+                f"forward with {what} raised but changed the cache"
+            )

@@ -1,0 +1,115 @@
+"""Meta-tests of the eviction kit: an OrderedDict LRU passes it, broken variants fail it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.testing.eviction import EvictionConformance
+from pyagent_core.types import EvictionSpec
+
+
+class LruPolicy(EvictionPolicy):
+    """Least recently inserted or touched goes first."""
+
+    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
+        super().__init__(capacity, options)
+        self.order: OrderedDict[int, None] = OrderedDict()
+
+    def insert(self, block_id: int) -> None:
+        self.check_insert(block_id)
+        self.order[block_id] = None
+
+    def touch(self, block_id: int) -> None:
+        self.check_present(block_id)
+        self.order.move_to_end(block_id)
+
+    def remove(self, block_id: int) -> None:
+        self.check_present(block_id)
+        del self.order[block_id]
+
+    def evict(self) -> int:
+        self.check_not_empty()
+        return self.order.popitem(last=False)[0]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self.order
+
+
+class LazyRemoveLru(LruPolicy):
+    """Broken: remove() forgets the id for ``in``/``len`` but leaves it queued for eviction."""
+
+    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
+        super().__init__(capacity, options)
+        self.removed: set[int] = set()
+
+    def insert(self, block_id: int) -> None:
+        self.check_insert(block_id)
+        self.removed.discard(block_id)
+        self.order[block_id] = None
+
+    def remove(self, block_id: int) -> None:
+        self.check_present(block_id)
+        self.removed.add(block_id)
+
+    def evict(self) -> int:
+        self.check_not_empty()
+        victim = self.order.popitem(last=False)[0]
+        self.removed.discard(victim)
+        return victim
+
+    def __len__(self) -> int:
+        return len(self.order) - len(self.removed)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self.order and block_id not in self.removed
+
+
+class SilentLru(LruPolicy):
+    """Broken: evict() on an empty policy leaks a KeyError instead of an EvictionError."""
+
+    def evict(self) -> int:
+        return self.order.popitem(last=False)[0]
+
+
+class UnboundedLru(LruPolicy):
+    """Broken: ignores its capacity."""
+
+    def insert(self, block_id: int) -> None:
+        if block_id not in self.order:
+            self.order[block_id] = None
+
+
+SPEC = EvictionSpec(name="lru-test", impl=f"{__name__}:LruPolicy", summary="test-local LRU")
+
+
+class TestLruPolicy(EvictionConformance):
+    impl = LruPolicy
+    spec = SPEC
+
+
+def _kit(impl: type[EvictionPolicy]) -> EvictionConformance:
+    kit_class = type(f"{impl.__name__}Kit", (EvictionConformance,), {"impl": impl, "spec": SPEC})
+    return kit_class()
+
+
+@pytest.mark.parametrize(
+    ("impl", "check"),
+    [
+        (LazyRemoveLru, "test_state_machine"),
+        (SilentLru, "test_state_machine"),
+        (SilentLru, "test_evict_on_empty_raises"),
+        (UnboundedLru, "test_state_machine"),
+        (UnboundedLru, "test_duplicate_and_overfull_insert_raise"),
+    ],
+)
+def test_kit_catches_broken_policy(impl: type[EvictionPolicy], check: str) -> None:
+    with pytest.raises(AssertionError):
+        getattr(_kit(impl), check)()

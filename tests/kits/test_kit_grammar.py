@@ -1,0 +1,240 @@
+"""Meta-tests of the grammar kit: a choice-only backend passes it, broken variants fail it.
+
+Also checks the interface's own helpers: constraint validation and the bitmask utilities.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyagent_core.errors import SpecError
+from pyagent_core.interfaces.grammar import (
+    CompiledGrammar,
+    ConstraintSpec,
+    GrammarBackend,
+    GrammarMatcher,
+    TokenizerInfo,
+    allocate_bitmask,
+    allowed_tokens,
+    apply_bitmask,
+    bitmask_shape,
+    set_row,
+)
+from pyagent_core.testing.grammar import GrammarConformance, greedy_tokenize, kit_tokenizer_info
+from pyagent_core.types import GrammarSpec
+
+
+def common_prefix(items: list[bytes]) -> bytes:
+    """The longest byte string every item starts with."""
+    first, last = min(items), max(items)
+    size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))
+    return first[:size]
+
+
+class ChoiceMatcher(GrammarMatcher):
+    """Keeps the accepted token ids; a token is allowed when some choice extends the text with it."""
+
+    def __init__(self, info: TokenizerInfo, choices: list[bytes]) -> None:
+        self.info, self.choices = info, choices
+        self.tokens: list[int] = []
+
+    def text(self) -> bytes:
+        """Bytes accepted so far (end-of-sequence excluded)."""
+        return self.info.decode(t for t in self.tokens if t not in self.info.eos_token_ids)
+
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next."""
+        info = self.info
+        if self.is_terminated() or not 0 <= token < len(info.vocab) or token in info.special_token_ids:
+            return False
+        if token in self.info.eos_token_ids:
+            return self.text() in self.choices
+        candidate = self.text() + self.info.vocab[token]
+        return any(choice.startswith(candidate) for choice in self.choices)
+
+    def accept_token(self, token_id: int) -> bool:
+        if not self.allows(token_id):
+            return False
+        self.tokens.append(token_id)
+        return True
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        set_row(bitmask, row, [t for t in range(len(self.info.vocab)) if self.allows(t)])
+
+    def rollback(self, num_tokens: int) -> None:
+        if num_tokens > len(self.tokens):
+            raise ValueError(f"cannot roll back {num_tokens} tokens, only {len(self.tokens)} accepted")
+        del self.tokens[len(self.tokens) - num_tokens:]
+
+    def is_terminated(self) -> bool:
+        return bool(self.tokens) and self.tokens[-1] in self.info.eos_token_ids
+
+    def reset(self) -> None:
+        self.tokens.clear()
+
+    def jump_forward(self) -> str:
+        text = self.text()
+        rests = [c[len(text):] for c in self.choices if c.startswith(text)]
+        if self.is_terminated() or not rests:
+            return ""
+        return common_prefix(rests).decode("utf-8", errors="ignore")
+
+
+class CompiledChoice(CompiledGrammar):
+    """The choices as bytes."""
+
+    def __init__(self, info: TokenizerInfo, choices: list[bytes]) -> None:
+        self.info, self.choices = info, choices
+
+    def matcher(self) -> GrammarMatcher:
+        return ChoiceMatcher(self.info, self.choices)
+
+
+class ChoiceGrammar(GrammarBackend):
+    """Compiles ``choice`` constraints only."""
+
+    def supports(self, constraint: ConstraintSpec) -> str | None:
+        return None if constraint.kind == "choice" else f"only choice constraints, not {constraint.kind}"
+
+    def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
+        reason = self.supports(constraint)
+        if reason is not None:
+            raise ValueError(reason)
+        return CompiledChoice(self.tokenizer_info, [c.encode("utf-8") for c in constraint.choice or ()])
+
+
+class NoEosMatcher(ChoiceMatcher):
+    """Broken: never lets the output end."""
+
+    def allows(self, token: int) -> bool:
+        return token not in self.info.eos_token_ids and super().allows(token)
+
+
+class PermissiveMatcher(ChoiceMatcher):
+    """Broken: accept_token takes any token, whatever the bitmask says."""
+
+    def accept_token(self, token_id: int) -> bool:
+        self.tokens.append(token_id)
+        return True
+
+
+class StickyMatcher(ChoiceMatcher):
+    """Broken: rollback() forgets only the end-of-sequence token."""
+
+    def rollback(self, num_tokens: int) -> None:
+        if self.is_terminated():
+            self.tokens.pop()
+
+
+class EagerJumpMatcher(ChoiceMatcher):
+    """Broken: jump_forward() claims the first remaining choice is forced."""
+
+    def jump_forward(self) -> str:
+        text = self.text()
+        rests = [c[len(text):] for c in self.choices if c.startswith(text)]
+        return rests[0].decode() if rests and not self.is_terminated() else ""
+
+
+class SharedMatcherGrammar(ChoiceGrammar):
+    """Broken: every matcher() of a compiled grammar is the same object."""
+
+    def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
+        compiled = super().compile(constraint)
+        shared = compiled.matcher()
+        compiled.matcher = lambda: shared  # type: ignore[method-assign]
+        return compiled
+
+
+class OverclaimingGrammar(ChoiceGrammar):
+    """Broken: says it supports every constraint kind."""
+
+    def supports(self, constraint: ConstraintSpec) -> str | None:
+        return None
+
+
+def _backend_with(matcher_type: type[ChoiceMatcher]) -> type[GrammarBackend]:
+    class Compiled(CompiledChoice):
+        def matcher(self) -> GrammarMatcher:
+            return matcher_type(self.info, self.choices)
+
+    class Backend(ChoiceGrammar):
+        def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
+            return Compiled(self.tokenizer_info, [c.encode("utf-8") for c in constraint.choice or ()])
+
+    return Backend
+
+
+SPEC = GrammarSpec(
+    name="choice-test",
+    impl=f"{__name__}:ChoiceGrammar",
+    summary="test-local choice grammar",
+    constraint_kinds=("choice",),
+    rollback=True,
+    jump_forward=True,
+)
+
+
+class TestChoiceGrammar(GrammarConformance):
+    impl = ChoiceGrammar
+    spec = SPEC
+
+
+def _kit(impl: type[GrammarBackend]) -> GrammarConformance:
+    kit_class = type(f"{impl.__name__}Kit", (GrammarConformance,), {"impl": impl, "spec": SPEC})
+    return kit_class()
+
+
+@pytest.mark.parametrize(
+    ("impl", "check"),
+    [
+        (_backend_with(NoEosMatcher), "test_accepted_strings"),
+        (_backend_with(PermissiveMatcher), "test_rejected_strings"),
+        (_backend_with(PermissiveMatcher), "test_bitmask_agrees_with_accept_token"),
+        (_backend_with(StickyMatcher), "test_rollback_restores_state"),
+        (_backend_with(EagerJumpMatcher), "test_jump_forward_is_forced_text"),
+        (OverclaimingGrammar, "test_supports_answers_for_every_kind"),
+        (SharedMatcherGrammar, "test_matchers_are_independent"),
+    ],
+)
+def test_kit_catches_broken_backend(impl: type[GrammarBackend], check: str) -> None:
+    with pytest.raises(AssertionError):
+        getattr(_kit(impl), check)()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"regex": "a", "choice": ["a"]},
+        {"json_object": True, "json_schema": {"type": "object"}},
+        {"choice": []},
+    ],
+)
+def test_constraint_needs_exactly_one_kind(fields: dict[str, object]) -> None:
+    with pytest.raises(SpecError):
+        ConstraintSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_constraint_json_is_canonical_and_hashable() -> None:
+    a = ConstraintSpec(json_schema={"b": 1, "a": [1, 2]})
+    b = ConstraintSpec(json_schema='{"a":[1,2],"b":1}')
+    assert a == b and hash(a) == hash(b) and a.kind == "json_schema"
+
+
+def test_bitmask_helpers_round_trip() -> None:
+    assert bitmask_shape(2, 65) == (2, 3)
+    bitmask = allocate_bitmask(2, 65)
+    assert bitmask.dtype == torch.int32 and allowed_tokens(bitmask, 1, 65) == list(range(65))
+    set_row(bitmask, 0, [0, 31, 32, 64])
+    assert allowed_tokens(bitmask, 0, 65) == [0, 31, 32, 64]
+    logits = torch.zeros(2, 65)
+    apply_bitmask(logits, bitmask)
+    assert logits[0].isfinite().nonzero().flatten().tolist() == [0, 31, 32, 64]
+    assert logits[1].isfinite().all()
+
+
+def test_greedy_tokenize_prefers_longest_tokens() -> None:
+    info = kit_tokenizer_info()
+    tokens = greedy_tokenize(info, '{"abc": true}')
+    assert [info.vocab[t] for t in tokens] == [b'{"', b"abc", b'": ', b"true", b"}"]
