@@ -29,6 +29,11 @@ class Kind:
     interface: str
 
     @property
+    def plural(self) -> str:
+        """The title in plural, for headings: ``KV-cache eviction policies``."""
+        return self.title[:-1] + "ies" if self.title.endswith("y") else self.title + "s"
+
+    @property
     def env_var(self) -> str:
         """Environment variable that selects a backend of this kind, e.g. ``PYAGENT_ATTENTION``."""
         return "PYAGENT_" + self.name.upper()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -51,7 +51,7 @@ def startup(
         "python -c 'import torch'": [python, "-c", "import torch"],
     }
     _time_command(commands["pyagent list --json"], 1)  # warm the file system cache once
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for label, argv in commands.items():
         runs = _time_command(argv, repeat)
         results[label] = {"median_s": statistics.median(runs), "min_s": min(runs), "runs": runs}

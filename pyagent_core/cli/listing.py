@@ -31,10 +31,28 @@ def backend_record(registry: Registry, backend: Backend, default: Backend | None
     }
 
 
+def backend_matrix(registry: Registry, kinds: list[str]) -> str:
+    """A markdown table of every backend of ``kinds``: distribution, priority, needs, capabilities."""
+    lines = ["| kind | backend | distribution | priority | requires | capabilities | summary |",
+             "|---|---|---|---|---|---|---|"]
+    for kind in kinds:
+        for b in registry.backends(kind):
+            caps = ", ".join(f"{k}={_cell(v)}" for k, v in b.spec.capabilities().items())
+            lines.append(f"| {kind} | `{b.name}` | {b.dist} | {b.spec.priority} | "
+                         f"{', '.join(b.spec.requires)} | {caps} | {b.spec.summary} |")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "/".join(map(str, value)) or "any"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def plugins(json_out: JsonFlag = False) -> None:
     """Installed plugin distributions: name, version, kinds, hooks and status."""
     registry = get_registry()
-    records = [
+    records: list[dict[str, Any]] = [
         {"name": p.name, "module": p.module, "dist": p.dist, "version": p.version,
          "status": p.status, "kinds": list(p.kinds), "hooks": list(p.hooks), "errors": list(p.errors)}
         for p in registry.plugins()
@@ -54,6 +72,7 @@ def list_backends(
     kind: Annotated[str | None, typer.Argument(help="Only this kind (e.g. sampler, attention).")] = None,
     check: Annotated[bool, typer.Option("--check", help="Import each backend and run its check.")] = False,
     json_out: JsonFlag = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the README's backend matrix.")] = False,
 ) -> None:
     """Backends per kind: name, distribution, availability (or why not), default, priority."""
     registry = get_registry()
@@ -63,12 +82,18 @@ def list_backends(
         default = registry.default(name)
         result[name] = [backend_record(registry, b, default, check) for b in registry.backends(name)]
     problems = registry.problems()
+    if markdown:
+        typer.echo(backend_matrix(registry, kinds))
+        return
     if json_out:
         print_json({"kinds": result, "problems": problems})
         return
     for name, records in result.items():
+        if not records:
+            typer.echo(f"{KINDS[name].plural} ({name}): none installed")
+            continue
         print_table(
-            f"{KINDS[name].title}s ({name})",
+            f"{KINDS[name].plural} ({name})",
             ["name", "distribution", "available", "default", "priority", "summary"],
             [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
               "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
@@ -87,7 +112,7 @@ def info(
     backend = registry.get(kind, name)
     spec = backend.spec
     verdict = registry.availability(backend)
-    record = {
+    record: dict[str, Any] = {
         "kind": backend.kind, "name": spec.name, "qualified_name": backend.qualified_name,
         "dist": backend.dist, "version": backend.version, "impl": spec.impl,
         "summary": spec.summary, "description": spec.description, "priority": spec.priority,

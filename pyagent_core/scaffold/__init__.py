@@ -16,6 +16,8 @@ from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.types import NAME_RE
 
 TEMPLATES = resources.files(__package__) / "templates"
+# What a kind's implementation imports beyond pyagent-core.
+KIND_DEPENDENCIES = {"attention": ("torch",), "sampler": ("torch",)}
 
 
 def supported_kinds() -> list[str]:
@@ -51,6 +53,7 @@ def scaffold_plugin(name: str, kind: str, directory: Path) -> Path:
         "name": name, "dist": dist, "package": package, "kind": info.name, "hook": info.hook,
         "spec_class": info.spec_type.__name__, "class_name": _class_name(name),
         "kind_title": info.title,
+        "dependencies": ", ".join(f'"{d}"' for d in ("pyagent-core", *KIND_DEPENDENCIES.get(info.name, ()))),
     }
     layout = {
         "pyproject.toml": "common/pyproject.toml.tmpl",

@@ -1,0 +1,101 @@
+"""The ``pyagent`` command line, run as a user runs it: a fresh process over the installed plugins."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyagent_core.kinds import KINDS
+
+REFERENCE_SAMPLERS = {"temperature", "top_k", "top_p", "greedy", "multinomial"}
+
+
+@pytest.fixture
+def isolated(tmp_path):
+    """Environment and working directory with no config files of the developer's."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return {"env": {"PYAGENT_USER_CONFIG": str(tmp_path / "user.toml")}, "cwd": work}
+
+
+def test_list_json_has_every_kind_and_the_reference_samplers(cli, isolated):
+    result = cli("list", "--json", **isolated)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data["kinds"]) == set(KINDS)
+    samplers = {r["name"]: r for r in data["kinds"]["sampler"]}
+    assert REFERENCE_SAMPLERS <= set(samplers)
+    assert all(samplers[name]["available"] for name in REFERENCE_SAMPLERS)
+    assert sum(r["default"] for r in samplers.values()) == 1
+    assert {samplers[n]["dist"] for n in REFERENCE_SAMPLERS} == {"pyagent-samplers-reference"}
+
+
+def test_list_check_imports_and_verifies(cli, isolated):
+    data = json.loads(cli("list", "sampler", "--check", "--json", **isolated).stdout)
+    records = data["kinds"]["sampler"]
+    assert records and all(r["checked"] and r["available"] for r in records)
+
+
+def test_plugins_json_lists_distributions(cli, isolated):
+    data = json.loads(cli("plugins", "--json", **isolated).stdout)
+    by_dist = {p["dist"]: p for p in data["plugins"]}
+    reference = by_dist["pyagent-samplers-reference"]
+    assert reference["status"] == "ok"
+    assert reference["kinds"] == ["sampler"]
+    assert reference["hooks"] == ["pyagent_register_samplers"]
+    assert reference["version"]
+
+
+def test_info_shows_options_and_capabilities(cli, isolated):
+    data = json.loads(cli("info", "sampler", "top_k", "--json", **isolated).stdout)
+    assert data["dist"] == "pyagent-samplers-reference"
+    assert data["options"] and all("type" in o and "default" in o for o in data["options"].values())
+    assert set(data["capabilities"]) == {"argmax_invariant", "selects_token"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("info", "sampler", "nope"), "no sampler backend named 'nope'; choose one of:"),
+        (("list", "samplr"), "unknown component kind 'samplr'"),
+        (("use", "sampler", "top_k", "--opt", "bogus=1"), "unknown option 'bogus'"),
+        (("use", "sampler", "top_k", "--opt", "noequals"), "is not of the form KEY=VALUE"),
+    ],
+)
+def test_errors_print_one_line_without_traceback(cli, isolated, args, message):
+    result = cli(*args, **isolated)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_use_persists_and_config_reports_the_source(cli, isolated):
+    top_k = json.loads(cli("info", "sampler", "top_k", "--json", **isolated).stdout)
+    key = next(iter(top_k["options"]))
+    value = top_k["options"][key]["default"]
+    result = cli("use", "sampler", "top_k", "--opt", f"{key}={value}", **isolated)
+    assert result.returncode == 0, result.stderr
+    assert (isolated["cwd"] / "pyagent.toml").read_text().startswith("[sampler]")
+    data = json.loads(cli("config", "--json", **isolated).stdout)
+    chosen = data["selection"]["sampler"]
+    assert chosen["backend"] == "top_k" and chosen["source"].startswith("project file")
+    assert chosen["options"][key]["source"].startswith("project file")
+    env_wins = json.loads(cli("config", "--json", env={**isolated["env"], "PYAGENT_SAMPLER": "greedy"},
+                              cwd=isolated["cwd"]).stdout)
+    assert env_wins["selection"]["sampler"]["source"] == "environment PYAGENT_SAMPLER"
+
+
+def test_config_reports_a_bad_selection_without_hiding_other_kinds(cli, isolated):
+    (isolated["cwd"] / "pyagent.toml").write_text('[attention]\nbackend = "missing"\n')
+    data = json.loads(cli("config", "--json", **isolated).stdout)
+    assert "no attention backend named 'missing'" in data["selection"]["attention"]["error"]
+    assert data["selection"]["sampler"]["backend"] in REFERENCE_SAMPLERS
+
+
+def test_doctor_reports_kernels_libraries_and_model(cli, isolated):
+    data = json.loads(cli("doctor", "--json", **isolated).stdout)
+    assert data["kernels"]["installed"] is True
+    assert isinstance(data["kernels"]["compiled"], bool)
+    assert data["libraries"]["torch"] == "2.13.0+cpu" or data["libraries"]["torch"].startswith("2.13.0")
+    assert "path" in data["model"]

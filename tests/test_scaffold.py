@@ -1,0 +1,69 @@
+"""``pyagent new-plugin``: the scaffold installs with ``pip install -e``, is discovered, passes the kit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from pyagent_core.scaffold import supported_kinds
+
+
+@pytest.fixture
+def child_env(tmp_path) -> Path:
+    """A new virtual environment that also sees this environment's packages.
+
+    The scaffold is installed there, so the test environment itself is left untouched.
+    """
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    site_dir = next((env / "lib").glob("python*/site-packages"))
+    parent = sysconfig.get_paths()["purelib"]
+    (site_dir / "_parent_env.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
+    return env / "bin" / "python"
+
+
+def run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYAGENT_USER_CONFIG": str(cwd / "u.toml")})
+
+
+@pytest.mark.parametrize("kind", supported_kinds())
+def test_scaffold_installs_is_listed_and_passes_the_kit(kind, tmp_path, child_env):
+    created = run(sys.executable, "-m", "pyagent_core.cli", "new-plugin", "demo-x", "--kind", kind,
+                  "--dir", tmp_path, cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    dist = tmp_path / f"pyagent-{kind.replace('_', '-')}-demo-x"
+    install = run(child_env, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                  "-e", dist, cwd=tmp_path)
+    assert install.returncode == 0, install.stderr
+    listed = run(child_env, "-m", "pyagent_core.cli", "list", kind, "--check", "--json", cwd=tmp_path)
+    records = {r["name"]: r for r in json.loads(listed.stdout)["kinds"][kind]}
+    assert records["demo-x"]["available"] and records["demo-x"]["checked"]
+    assert records["demo-x"]["dist"] == dist.name
+    tests = run(child_env, "-m", "pytest", "-q", "-p", "no:cacheprovider", dist / "tests", cwd=dist)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert " passed" in tests.stdout and "failed" not in tests.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("new-plugin", "Bad Name", "--kind", "sampler"), "plugin name 'Bad Name' is invalid"),
+        (("new-plugin", "x", "--kind", "nonsense"), "unknown component kind 'nonsense'"),
+    ],
+)
+def test_scaffold_rejects_bad_input(cli, tmp_path, args, message):
+    result = cli(*args, "--dir", str(tmp_path))
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_scaffold_refuses_to_overwrite(cli, tmp_path):
+    assert cli("new-plugin", "twice", "--kind", "sampler", "--dir", str(tmp_path)).returncode == 0
+    again = cli("new-plugin", "twice", "--kind", "sampler", "--dir", str(tmp_path))
+    assert again.returncode == 2 and "already exists" in again.stderr
