@@ -56,6 +56,8 @@ def test_scaffold_installs_is_listed_and_passes_the_kit(kind, tmp_path, child_en
     [
         (("new-plugin", "Bad Name", "--kind", "sampler"), "plugin name 'Bad Name' is invalid"),
         (("new-plugin", "x", "--kind", "nonsense"), "unknown component kind 'nonsense'"),
+        (("new-plugin", "tool-call", "--kind", "tool_parser"), "class name 'ToolCall', which the tool_parser"),
+        (("new-plugin", "2x", "--kind", "eviction"), "class name '2x', not a Python name"),
     ],
 )
 def test_scaffold_rejects_bad_input(cli, tmp_path, args, message):

@@ -1,61 +1,18 @@
-"""Meta-tests of the attention kit: an SDPA-based backend passes it, broken variants fail it."""
+"""Meta-tests of the attention kit: the scaffold's SDPA backend passes it, broken variants fail it."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.testing.attention import AttentionConformance
-from pyagent_core.types import AttentionSpec
+from pyagent_core.testing.scaffolded import import_template
 
-
-class SdpaAttention(AttentionBackend):
-    """Writes the cache, gathers whole blocks per sequence and calls torch's SDPA with a bool mask."""
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        kv_cache: torch.Tensor,
-        metadata: AttentionMetadata,
-        layer: int,
-    ) -> torch.Tensor:
-        self.check_inputs(q, k, v, kv_cache, metadata)
-        self.write_cache(k, v, kv_cache, metadata)
-        block_size = kv_cache.shape[2]
-        starts = metadata.query_start_loc.tolist()
-        out = torch.empty_like(q)
-        for s, seq_len in enumerate(metadata.seq_lens.tolist()):
-            lo, hi = starts[s], starts[s + 1]
-            blocks = metadata.block_tables[s, : math.ceil(seq_len / block_size)].long()
-            keys, values = (kv_cache[i, blocks].flatten(0, 1)[:seq_len].transpose(0, 1) for i in (0, 1))
-            mask = self.mask(metadata, lo, hi, seq_len)
-            attended = F.scaled_dot_product_attention(
-                q[lo:hi].transpose(0, 1), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
-            )
-            out[lo:hi] = attended.transpose(0, 1)
-        return out
-
-    def write_cache(
-        self, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, md: AttentionMetadata
-    ) -> None:
-        """Store the new keys and values at their slots."""
-        flat = kv_cache.view(2, -1, self.num_kv_heads, self.head_size)
-        flat[0, md.slot_mapping] = k
-        flat[1, md.slot_mapping] = v
-
-    def mask(self, md: AttentionMetadata, lo: int, hi: int, seq_len: int) -> torch.Tensor:
-        """``[query_len, seq_len]`` bool mask: causal, or the tree mask over the new tokens."""
-        context = seq_len - (hi - lo)
-        mask = torch.ones(hi - lo, seq_len, dtype=torch.bool).tril(diagonal=context)
-        if md.tree_mask is not None:
-            mask[:, context:] = md.tree_mask[lo:hi, : hi - lo]
-        return mask
+reference = import_template("attention")
+SdpaAttention = reference.impl.KitReference
+# The scaffold's own conformance test, run here on the SDPA backend it scaffolds.
+TestSdpaAttention = reference.tests.TestKitReference
 
 
 class NonCausalAttention(SdpaAttention):
@@ -99,23 +56,8 @@ class UncheckedAttention(SdpaAttention):
         pass
 
 
-SPEC = AttentionSpec(
-    name="sdpa-test",
-    impl=f"{__name__}:SdpaAttention",
-    summary="test-local SDPA attention",
-    dtypes=("float32", "bfloat16"),
-    tree_mask=True,
-)
-
-
-class TestSdpaAttention(AttentionConformance):
-    impl = SdpaAttention
-    spec = SPEC
-
-
 def _kit(impl: type[AttentionBackend]) -> AttentionConformance:
-    kit_class = type(f"{impl.__name__}Kit", (AttentionConformance,), {"impl": impl, "spec": SPEC})
-    return kit_class()
+    return type(f"{impl.__name__}Kit", (TestSdpaAttention,), {"impl": impl})()
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,7 @@
-"""Meta-tests of the eviction kit: an OrderedDict LRU passes it, broken variants fail it."""
+"""Meta-tests of the eviction kit: the scaffold's OrderedDict LRU passes it, broken variants fail it."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,37 +9,12 @@ import pytest
 
 from pyagent_core.interfaces.eviction import EvictionPolicy
 from pyagent_core.testing.eviction import EvictionConformance
-from pyagent_core.types import EvictionSpec
+from pyagent_core.testing.scaffolded import import_template
 
-
-class LruPolicy(EvictionPolicy):
-    """Least recently inserted or touched goes first."""
-
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
-        self.order: OrderedDict[int, None] = OrderedDict()
-
-    def insert(self, block_id: int) -> None:
-        self.check_insert(block_id)
-        self.order[block_id] = None
-
-    def touch(self, block_id: int) -> None:
-        self.check_present(block_id)
-        self.order.move_to_end(block_id)
-
-    def remove(self, block_id: int) -> None:
-        self.check_present(block_id)
-        del self.order[block_id]
-
-    def evict(self) -> int:
-        self.check_not_empty()
-        return self.order.popitem(last=False)[0]
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __contains__(self, block_id: object) -> bool:
-        return block_id in self.order
+reference = import_template("eviction")
+LruPolicy = reference.impl.KitReference
+# The scaffold's own conformance test, run here on the LRU policy it scaffolds.
+TestLruPolicy = reference.tests.TestKitReference
 
 
 class LazyRemoveLru(LruPolicy):
@@ -87,17 +61,8 @@ class UnboundedLru(LruPolicy):
             self.order[block_id] = None
 
 
-SPEC = EvictionSpec(name="lru-test", impl=f"{__name__}:LruPolicy", summary="test-local LRU")
-
-
-class TestLruPolicy(EvictionConformance):
-    impl = LruPolicy
-    spec = SPEC
-
-
 def _kit(impl: type[EvictionPolicy]) -> EvictionConformance:
-    kit_class = type(f"{impl.__name__}Kit", (EvictionConformance,), {"impl": impl, "spec": SPEC})
-    return kit_class()
+    return type(f"{impl.__name__}Kit", (TestLruPolicy,), {"impl": impl})()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Meta-tests of the grammar kit: a choice-only backend passes it, broken variants fail it.
+"""Meta-tests of the grammar kit: the scaffold's choice-only backend passes it, broken variants fail it.
 
 Also checks the interface's own helpers: constraint validation and the bitmask utilities.
 """
@@ -14,7 +14,6 @@ from pyagent_core.interfaces.grammar import (
     ConstraintSpec,
     GrammarBackend,
     GrammarMatcher,
-    TokenizerInfo,
     allocate_bitmask,
     allowed_tokens,
     apply_bitmask,
@@ -22,86 +21,14 @@ from pyagent_core.interfaces.grammar import (
     set_row,
 )
 from pyagent_core.testing.grammar import GrammarConformance, greedy_tokenize, kit_tokenizer_info
-from pyagent_core.types import GrammarSpec
+from pyagent_core.testing.scaffolded import import_template
 
-
-def common_prefix(items: list[bytes]) -> bytes:
-    """The longest byte string every item starts with."""
-    first, last = min(items), max(items)
-    size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))
-    return first[:size]
-
-
-class ChoiceMatcher(GrammarMatcher):
-    """Keeps the accepted token ids; a token is allowed when some choice extends the text with it."""
-
-    def __init__(self, info: TokenizerInfo, choices: list[bytes]) -> None:
-        self.info, self.choices = info, choices
-        self.tokens: list[int] = []
-
-    def text(self) -> bytes:
-        """Bytes accepted so far (end-of-sequence excluded)."""
-        return self.info.decode(t for t in self.tokens if t not in self.info.eos_token_ids)
-
-    def allows(self, token: int) -> bool:
-        """Whether ``token`` may come next."""
-        info = self.info
-        if self.is_terminated() or not 0 <= token < len(info.vocab) or token in info.special_token_ids:
-            return False
-        if token in self.info.eos_token_ids:
-            return self.text() in self.choices
-        candidate = self.text() + self.info.vocab[token]
-        return any(choice.startswith(candidate) for choice in self.choices)
-
-    def accept_token(self, token_id: int) -> bool:
-        if not self.allows(token_id):
-            return False
-        self.tokens.append(token_id)
-        return True
-
-    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        set_row(bitmask, row, [t for t in range(len(self.info.vocab)) if self.allows(t)])
-
-    def rollback(self, num_tokens: int) -> None:
-        if num_tokens > len(self.tokens):
-            raise ValueError(f"cannot roll back {num_tokens} tokens, only {len(self.tokens)} accepted")
-        del self.tokens[len(self.tokens) - num_tokens:]
-
-    def is_terminated(self) -> bool:
-        return bool(self.tokens) and self.tokens[-1] in self.info.eos_token_ids
-
-    def reset(self) -> None:
-        self.tokens.clear()
-
-    def jump_forward(self) -> str:
-        text = self.text()
-        rests = [c[len(text):] for c in self.choices if c.startswith(text)]
-        if self.is_terminated() or not rests:
-            return ""
-        return common_prefix(rests).decode("utf-8", errors="ignore")
-
-
-class CompiledChoice(CompiledGrammar):
-    """The choices as bytes."""
-
-    def __init__(self, info: TokenizerInfo, choices: list[bytes]) -> None:
-        self.info, self.choices = info, choices
-
-    def matcher(self) -> GrammarMatcher:
-        return ChoiceMatcher(self.info, self.choices)
-
-
-class ChoiceGrammar(GrammarBackend):
-    """Compiles ``choice`` constraints only."""
-
-    def supports(self, constraint: ConstraintSpec) -> str | None:
-        return None if constraint.kind == "choice" else f"only choice constraints, not {constraint.kind}"
-
-    def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
-        reason = self.supports(constraint)
-        if reason is not None:
-            raise ValueError(reason)
-        return CompiledChoice(self.tokenizer_info, [c.encode("utf-8") for c in constraint.choice or ()])
+reference = import_template("grammar")
+ChoiceGrammar = reference.impl.KitReference
+ChoiceMatcher = reference.impl.ChoiceMatcher
+CompiledChoice = reference.impl.CompiledChoice
+# The scaffold's own conformance test, run here on the choice backend it scaffolds.
+TestChoiceGrammar = reference.tests.TestKitReference
 
 
 class NoEosMatcher(ChoiceMatcher):
@@ -165,24 +92,8 @@ def _backend_with(matcher_type: type[ChoiceMatcher]) -> type[GrammarBackend]:
     return Backend
 
 
-SPEC = GrammarSpec(
-    name="choice-test",
-    impl=f"{__name__}:ChoiceGrammar",
-    summary="test-local choice grammar",
-    constraint_kinds=("choice",),
-    rollback=True,
-    jump_forward=True,
-)
-
-
-class TestChoiceGrammar(GrammarConformance):
-    impl = ChoiceGrammar
-    spec = SPEC
-
-
 def _kit(impl: type[GrammarBackend]) -> GrammarConformance:
-    kit_class = type(f"{impl.__name__}Kit", (GrammarConformance,), {"impl": impl, "spec": SPEC})
-    return kit_class()
+    return type(f"{impl.__name__}Kit", (TestChoiceGrammar,), {"impl": impl})()
 
 
 @pytest.mark.parametrize(

@@ -1,35 +1,21 @@
-"""Meta-tests of the proposer kit: an n-gram lookup proposer passes it, broken variants fail it."""
+"""Meta-tests of the proposer kit: the scaffold's n-gram lookup proposer passes it, broken variants fail it."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 import attrs
 import pytest
 
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
-from pyagent_core.options import OptionSpec
+from pyagent_core.interfaces.proposer import DraftTree, Proposer
 from pyagent_core.testing.proposer import ProposerConformance
-from pyagent_core.types import ProposerSpec
+from pyagent_core.testing.scaffolded import import_template
 
-
-class NgramProposer(Proposer):
-    """Finds the latest earlier occurrence of the context's last n tokens and drafts what followed."""
-
-    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
-        return [self.draft(r.all_token_ids(), max_tokens) for r in requests]
-
-    def draft(self, tokens: list[int], max_tokens: int) -> DraftTree | None:
-        """A chain continuing ``tokens``, or ``None`` when no n-gram repeats."""
-        if max_tokens <= 0:
-            return None
-        for n in range(min(self.options["max_ngram"], len(tokens) - 1), 0, -1):
-            tail = tokens[-n:]
-            for start in range(len(tokens) - n - 1, -1, -1):
-                if tokens[start:start + n] == tail:
-                    return DraftTree.chain(tokens[start + n:start + n + max_tokens])
-        return None
+reference = import_template("proposer")
+NgramProposer = reference.impl.KitReference
+SPEC = reference.plugin.SPEC
+# The scaffold's own conformance test, run here on the n-gram proposer it scaffolds.
+TestNgramProposer = reference.tests.TestKitReference
 
 
 class OverlongProposer(NgramProposer):
@@ -58,22 +44,8 @@ class UnseededProposer(NgramProposer):
         return DraftTree.chain([random.choice(tokens) for _ in range(max_tokens)])
 
 
-SPEC = ProposerSpec(
-    name="ngram-test",
-    impl=f"{__name__}:NgramProposer",
-    summary="test-local n-gram lookup",
-    options={"max_ngram": OptionSpec(type=int, default=3, min=1)},
-)
-
-
-class TestNgramProposer(ProposerConformance):
-    impl = NgramProposer
-    spec = SPEC
-
-
 def _kit(impl: type[Proposer]) -> ProposerConformance:
-    kit_class = type(f"{impl.__name__}Kit", (ProposerConformance,), {"impl": impl, "spec": SPEC})
-    return kit_class()
+    return type(f"{impl.__name__}Kit", (TestNgramProposer,), {"impl": impl})()
 
 
 @pytest.mark.parametrize(

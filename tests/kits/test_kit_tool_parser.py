@@ -1,4 +1,4 @@
-"""Meta-tests of the tool-parser kit: a JSON-in-tags parser passes it, broken variants fail it."""
+"""Meta-tests of the tool-parser kit: the scaffold's JSON-in-tags parser passes it, broken variants fail it."""
 
 from __future__ import annotations
 
@@ -7,104 +7,15 @@ import json
 import attrs
 import pytest
 
-from pyagent_core.interfaces.tool_parser import (
-    DeltaMessage,
-    DeltaToolCall,
-    ExtractedToolCalls,
-    ToolCall,
-    ToolParser,
-)
-from pyagent_core.testing.tool_parser import ToolParserCase, ToolParserConformance
-from pyagent_core.types import ToolParserSpec
+from pyagent_core.interfaces.tool_parser import DeltaMessage, DeltaToolCall, ExtractedToolCalls, ToolCall, ToolParser
+from pyagent_core.testing.scaffolded import import_template
+from pyagent_core.testing.tool_parser import ToolParserConformance
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-
-
-def partial_marker(text: str, marker: str) -> int:
-    """Length of the longest proper prefix of ``marker`` that ``text`` ends with."""
-    return next((n for n in range(len(marker) - 1, 0, -1) if text.endswith(marker[:n])), 0)
-
-
-@attrs.frozen
-class Parsed:
-    """Content, complete calls ``(name, arguments JSON)`` and errors found in a text."""
-
-    content: str
-    calls: tuple[tuple[str, str], ...]
-    errors: tuple[str, ...]
-
-
-class TaggedJsonParser(ToolParser):
-    """Calls are ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; the rest is content.
-
-    An unclosed block is content; a block whose JSON is bad is an error and is dropped. Streaming
-    is stateless: the parse of ``previous_text`` (holding back what could still change) is what was
-    already emitted, and each call is emitted whole once its closing tag arrives.
-    """
-
-    def parse(self, text: str, final: bool) -> Parsed:
-        """Parse ``text``; unless ``final``, leave out anything that could still change."""
-        content: list[str] = []
-        calls: list[tuple[str, str]] = []
-        errors: list[str] = []
-        pos = 0
-        while (start := text.find(OPEN, pos)) >= 0:
-            content.append(text[pos:start])
-            end = text.find(CLOSE, start)
-            if end < 0:
-                break
-            body = text[start + len(OPEN):end]
-            call = self.parse_call(body)
-            if isinstance(call, tuple):
-                calls.append(call)
-            else:
-                errors.append(call)
-            pos = end + len(CLOSE)
-        else:
-            start = len(text)
-            content.append(text[pos:] if final else text[pos:len(text) - partial_marker(text[pos:], OPEN)])
-        if final and start < len(text):
-            content.append(text[start:])
-        return Parsed("".join(content), tuple(calls), tuple(errors))
-
-    @staticmethod
-    def parse_call(body: str) -> tuple[str, str] | str:
-        """``(name, arguments JSON)`` of a block, or the error message."""
-        try:
-            call = json.loads(body)
-        except ValueError as error:
-            return f"tool call {body!r} is not JSON: {error}"
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return f"tool call {body!r} has no name"
-        if not isinstance(call.get("arguments", {}), dict):
-            return f"tool call {body!r} has non-object arguments"
-        return call["name"], json.dumps(call.get("arguments", {}))
-
-    def extract(self, text: str) -> ExtractedToolCalls:
-        parsed = self.parse(text, final=True)
-        calls = [ToolCall(name, arguments) for name, arguments in parsed.calls]
-        return ExtractedToolCalls(parsed.content or None, calls, parsed.errors)
-
-    def extract_delta(self, previous_text: str, delta_text: str) -> DeltaMessage | None:
-        before = self.parse(previous_text, final=False)
-        return self.difference(before, self.parse(previous_text + delta_text, final=False))
-
-    def finish(self, text: str) -> DeltaMessage | None:
-        return self.difference(self.parse(text, False), self.parse(text, True))
-
-    def difference(self, before: Parsed, after: Parsed) -> DeltaMessage | None:
-        """What ``after`` adds to ``before``: new content and new whole calls."""
-        content = after.content[len(before.content):]
-        new_calls = [
-            self.fragment(index, name, arguments)
-            for index, (name, arguments) in enumerate(after.calls)
-            if index >= len(before.calls)
-        ]
-        return DeltaMessage(content=content or None, tool_calls=new_calls) if content or new_calls else None
-
-    def fragment(self, index: int, name: str, arguments: str) -> DeltaToolCall:
-        """A whole call as one streamed fragment."""
-        return DeltaToolCall(index, ToolCall(name, arguments).id, name, arguments)
+reference = import_template("tool_parser")
+TaggedJsonParser = reference.impl.KitReference
+Parsed = reference.impl.Parsed
+# The scaffold's own conformance test, with its cases, run here on the tagged-JSON parser it scaffolds.
+TestTaggedJsonParser = reference.tests.TestKitReference
 
 
 class RepeatingIdParser(TaggedJsonParser):
@@ -137,39 +48,8 @@ class CrashingParser(TaggedJsonParser):
         return call["name"], json.dumps(call["arguments"])
 
 
-SPEC = ToolParserSpec(name="tagged-json-test", impl=f"{__name__}:TaggedJsonParser", summary="test-local")
-
-CASES = (
-    ToolParserCase("Hello there.", content="Hello there."),
-    ToolParserCase(
-        'Let me check.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
-        content="Let me check.\n",
-        calls=[("get_weather", {"city": "Paris"})],
-    ),
-    ToolParserCase(
-        '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>\n'
-        '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}</tool_call>',
-        content="\n",
-        calls=[("add", {"a": 1, "b": 2}), ("get_weather", {"city": "Oslo", "unit": "C"})],
-    ),
-    ToolParserCase(
-        '<tool_call>{"name": "add", "arguments": {"a": 1,}}</tool_call>done', content="done", errors=1
-    ),
-    ToolParserCase('Text <tool_call>{"name": "add"', content='Text <tool_call>{"name": "add"'),
-    ToolParserCase("a < b <tool", content="a < b <tool"),
-)
-
-
-class TestTaggedJsonParser(ToolParserConformance):
-    impl = TaggedJsonParser
-    spec = SPEC
-    cases = CASES
-    markers = (OPEN, CLOSE)
-
-
 def _kit(impl: type[ToolParser]) -> ToolParserConformance:
-    attributes = {"impl": impl, "spec": SPEC, "cases": CASES, "markers": (OPEN, CLOSE)}
-    return type(f"{impl.__name__}Kit", (ToolParserConformance,), attributes)()
+    return type(f"{impl.__name__}Kit", (TestTaggedJsonParser,), {"impl": impl})()
 
 
 @pytest.mark.parametrize(
