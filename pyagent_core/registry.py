@@ -33,6 +33,7 @@ from pyagent_core.discovery import PluginControl, PluginEntry, iter_entry_points
 from pyagent_core.errors import (
     AmbiguousBackendError,
     BackendUnavailableError,
+    NoBackendError,
     OptionError,
     SpecError,
     UnknownBackendError,
@@ -394,8 +395,7 @@ class Registry:
         else:
             default = self.default(kind)
             if default is None:
-                raise BackendUnavailableError(kind, "(default)", "no available backend is installed",
-                                              [b.name for b in self.backends(kind)])
+                raise NoBackendError(kind, [(b.name, self.availability(b).reason or "") for b in self.backends(kind)])
             return self._with_options(default, f"default (priority {default.spec.priority})", options)
         backend = self.get(kind, chosen)
         verdict = self.availability(backend)

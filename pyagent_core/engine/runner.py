@@ -1,0 +1,72 @@
+"""Turns a scheduled step into tensors, runs the model with the selected attention backend, returns logits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from pyagent_core.engine.request import Request
+from pyagent_core.engine.scheduler import ScheduledChunk
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+
+
+class ModelRunner:
+    """Owns the KV caches and calls ``model.forward`` once per step.
+
+    Args:
+        model: a model with ``forward(input_ids, positions, kv_caches, metadata, attention,
+            logits_indices)`` returning float32 logits for the requested token indices.
+        attention: the selected attention backend instance.
+        kv_caches: one cache tensor per layer, ``[2, num_blocks, block_size, kv_heads, head_size]``.
+        block_size: tokens per KV block.
+    """
+
+    def __init__(self, model: Any, attention: AttentionBackend, kv_caches: list[torch.Tensor],
+                 block_size: int) -> None:
+        self.model = model
+        self.attention = attention
+        self.kv_caches = kv_caches
+        self.block_size = block_size
+
+    def execute(self, chunks: Sequence[ScheduledChunk], sampled: Sequence[Request]) -> torch.Tensor:
+        """Compute the chunks' tokens; return logits ``[len(sampled), vocab]`` in ``sampled`` order."""
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        starts = [0]
+        last_index: dict[int, int] = {}
+        bs = self.block_size
+        for chunk in chunks:
+            request = chunk.request
+            start = request.num_computed_tokens
+            stop = start + chunk.num_tokens
+            ids.extend(request.token_ids(start, stop))
+            blocks = request.block_ids
+            for pos in range(start, stop):
+                positions.append(pos)
+                slots.append(blocks[pos // bs] * bs + pos % bs)
+            seq_lens.append(stop)
+            starts.append(starts[-1] + chunk.num_tokens)
+            last_index[id(request)] = starts[-1] - 1
+        width = max(len(c.request.block_ids) for c in chunks)
+        tables = torch.zeros((len(chunks), width), dtype=torch.int32)
+        for row, chunk in enumerate(chunks):
+            blocks = chunk.request.block_ids
+            tables[row, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        metadata = AttentionMetadata(
+            block_tables=tables,
+            slot_mapping=torch.tensor(slots, dtype=torch.int64),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32),
+            max_query_len=max(c.num_tokens for c in chunks),
+            max_seq_len=max(seq_lens),
+        )
+        logits_indices = torch.tensor([last_index[id(r)] for r in sampled], dtype=torch.long)
+        with torch.inference_mode():
+            return self.model.forward(
+                torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
+                self.kv_caches, metadata, self.attention, logits_indices,
+            )
