@@ -1,0 +1,32 @@
+"""pyagent-kernels: C kernels for pyagent's hot loops, with pure-torch fallbacks.
+
+Kernels live in one module per area and import torch when imported themselves:
+
+- :mod:`pyagent_kernels.grammar`: :func:`~pyagent_kernels.grammar.apply_token_bitmask`
+- :mod:`pyagent_kernels.sampling`: :func:`~pyagent_kernels.sampling.apply_sampling_mask`
+
+Importing this package does not import torch; :func:`status` reports whether the compiled
+extension ``pyagent_kernels._C`` is available and which instruction set it uses.
+"""
+
+from pyagent_kernels._extension import Backend, KernelStatus, set_isa, status
+from pyagent_kernels.errors import (
+    KernelArgumentError,
+    KernelError,
+    KernelFallbackWarning,
+    KernelUnavailableError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "KernelArgumentError",
+    "KernelError",
+    "KernelFallbackWarning",
+    "KernelStatus",
+    "KernelUnavailableError",
+    "__version__",
+    "set_isa",
+    "status",
+]

@@ -1,0 +1,147 @@
+"""The compiled extension ``pyagent_kernels._C``: loading, backend choice, ISA, status.
+
+Nothing here imports torch, so :func:`status` is cheap enough for ``pyagent doctor``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from typing import Any, Literal, NamedTuple, TypedDict
+
+from pyagent_kernels.errors import (
+    KernelArgumentError,
+    KernelError,
+    KernelFallbackWarning,
+    KernelUnavailableError,
+)
+
+Backend = Literal["auto", "c", "torch"]
+BACKENDS: tuple[str, ...] = ("auto", "c", "torch")
+REBUILD_HINT = (
+    "install a C compiler (gcc) and reinstall pyagent-kernels from source, e.g. "
+    "`pip install --force-reinstall --no-deps pyagent-kernels` (or `pip install -e csrc` in a checkout)"
+)
+
+
+class Extension(NamedTuple):
+    """The loaded extension (``ffi``, ``lib``, module ``path``) or why it could not be loaded."""
+
+    ffi: Any
+    lib: Any
+    path: str | None
+    reason: str | None
+
+
+@functools.cache
+def load() -> Extension:
+    """Import ``pyagent_kernels._C`` once; never raises."""
+    try:
+        compiled = importlib.import_module("pyagent_kernels._C")
+    except ImportError as exc:
+        reason = f"pyagent_kernels._C could not be imported ({type(exc).__name__}: {exc})"
+        return Extension(None, None, None, reason)
+    return Extension(compiled.ffi, compiled.lib, compiled.__file__, None)
+
+
+@functools.cache
+def _warn_fallback(reason: str) -> None:
+    warnings.warn(
+        f"pyagent-kernels is using its pure-torch fallbacks, which are slower: {reason}; "
+        f"to build the C kernels, {REBUILD_HINT}",
+        KernelFallbackWarning,
+        stacklevel=4,
+    )
+
+
+def resolve(backend: str, kernel: str) -> Literal["c", "torch"]:
+    """The implementation ``kernel`` should run for ``backend`` ("auto" | "c" | "torch").
+
+    "auto" picks C when the extension is loaded and otherwise warns once and picks torch.
+    """
+    if backend not in BACKENDS:
+        raise KernelArgumentError(f"{kernel}: backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return "torch"
+    ext = load()
+    if ext.lib is not None:
+        return "c"
+    if backend == "c":
+        raise KernelUnavailableError(
+            f"{kernel}: backend='c' was requested but {ext.reason}; {REBUILD_HINT}, "
+            "or pass backend='auto' or 'torch'"
+        )
+    _warn_fallback(ext.reason or "unknown reason")
+    return "torch"
+
+
+def require() -> tuple[Any, Any]:
+    """``(ffi, lib)`` of the loaded extension; KernelUnavailableError if it is not loaded."""
+    ext = load()
+    if ext.lib is None:
+        raise KernelUnavailableError(f"{ext.reason}; {REBUILD_HINT}")
+    return ext.ffi, ext.lib
+
+
+def check_status(rc: int, kernel: str) -> None:
+    """Raise KernelError for a non-zero return code the caller did not handle itself."""
+    if rc == 0:
+        return
+    _, lib = require()
+    if rc == lib.PAK_ENOMEM:
+        raise KernelError(
+            f"{kernel}: the C kernel could not allocate its scratch memory; free memory and retry"
+        )
+    raise KernelError(
+        f"{kernel}: the C kernel returned status {rc} for arguments the wrapper had accepted; "
+        "this is a bug in pyagent-kernels, please report it with the tensors' shapes and dtypes"
+    )
+
+
+def _isa_names(ffi: Any, lib: Any) -> list[str]:
+    return [ffi.string(lib.pak_isa_name(isa)).decode() for isa in range(lib.PAK_ISA_AVX512 + 1)]
+
+
+def set_isa(name: str | None = None) -> str:
+    """Make the C kernels use instruction set ``name`` ("generic", "avx2", "avx512"; None: the best
+    one this CPU supports) and return the name now active. Meant for tests and benchmarks: every
+    variant gives bit-identical results."""
+    ffi, lib = require()
+    names = _isa_names(ffi, lib)
+    if name is not None and name not in names:
+        raise KernelArgumentError(f"unknown instruction set {name!r}; choose one of: {', '.join(names)}")
+    rc = lib.pak_isa_select(-1 if name is None else names.index(name))
+    if rc == lib.PAK_EUNSUPPORTED:
+        supported = [n for i, n in enumerate(names) if lib.pak_isa_supported(i)]
+        raise KernelArgumentError(
+            f"this CPU (or this build) cannot run the {name!r} kernels; choose one of: {', '.join(supported)}"
+        )
+    check_status(rc, "set_isa")
+    active: int = lib.pak_isa_active()
+    return names[active]
+
+
+class KernelStatus(TypedDict):
+    """What :func:`status` reports (a plain dict at run time)."""
+
+    compiled: bool  # whether pyagent_kernels._C is loaded
+    reason: str | None  # why it is not, or None
+    isa: str  # the instruction set the kernels use now ("none" when not compiled)
+    isa_supported: list[str]  # the instruction sets this build can run on this CPU
+    module: str | None  # path of the compiled module
+
+
+def status() -> KernelStatus:
+    """Build and runtime facts for ``pyagent doctor``; never raises and never imports torch."""
+    ext = load()
+    if ext.lib is None:
+        return {"compiled": False, "reason": ext.reason, "isa": "none", "isa_supported": [], "module": None}
+    names = _isa_names(ext.ffi, ext.lib)
+    return {
+        "compiled": True,
+        "reason": None,
+        "isa": names[int(ext.lib.pak_isa_active())],
+        "isa_supported": [n for i, n in enumerate(names) if ext.lib.pak_isa_supported(i)],
+        "module": ext.path,
+    }
