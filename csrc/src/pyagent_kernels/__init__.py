@@ -4,6 +4,7 @@ Kernels live in one module per area and import torch when imported themselves:
 
 - :mod:`pyagent_kernels.grammar`: :func:`~pyagent_kernels.grammar.apply_token_bitmask`
 - :mod:`pyagent_kernels.sampling`: :func:`~pyagent_kernels.sampling.apply_sampling_mask`
+- :mod:`pyagent_kernels.attention`: :func:`~pyagent_kernels.attention.paged_attention`
 
 Importing this package does not import torch; :func:`status` reports whether the compiled
 extension ``pyagent_kernels._C`` is available and which instruction set it uses.

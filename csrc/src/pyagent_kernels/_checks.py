@@ -110,3 +110,59 @@ def nonfinite_logits_error(row: int) -> KernelArgumentError:
         "temperature); use -inf for banned tokens and check the model output. Rows before it may "
         "already have been modified"
     )
+
+
+def paged_metadata_error(
+    num_blocks: int,
+    block_size: int,
+    block_tables: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    tree_mask: torch.Tensor | None,
+) -> KernelArgumentError | None:
+    """The error for paged-attention metadata whose values break the cache layout, or None.
+
+    Checks what the C kernel checks (PAK_EPARAM / PAK_EINDEX in ``pyagent/attention.h``):
+    query_start_loc runs from 0 to num_tokens without decreasing, each sequence holds its new tokens
+    and fits its block-table row (and the tree mask's width), the block ids it reads and every slot
+    lie inside the cache.
+    """
+    starts = query_start_loc.long()
+    num_tokens = slot_mapping.shape[0]
+    if int(starts[0]) != 0 or int(starts[-1]) != num_tokens:
+        return KernelArgumentError(
+            f"paged_attention: query_start_loc must start at 0 and end at num_tokens ({num_tokens}), "
+            f"got {int(starts[0])} ... {int(starts[-1])}"
+        )
+    query_lens = starts.diff()
+    lens = seq_lens.long()
+    blocks = (lens + block_size - 1).div(block_size, rounding_mode="floor")
+    max_blocks = block_tables.shape[1]
+    checks = [
+        (query_lens < 0, "query_start_loc decreases at sequence {s}"),
+        (lens < query_lens, "seq_lens[{s}] is smaller than its number of new tokens"),
+        (blocks > max_blocks, f"seq_lens[{{s}}] needs more than the block table's {max_blocks} blocks of "
+         f"{block_size} positions"),
+    ]
+    if tree_mask is not None:
+        checks.append((query_lens > tree_mask.shape[1],
+                       f"sequence {{s}} has more new tokens than tree_mask's {tree_mask.shape[1]} columns"))
+    used = torch.arange(max_blocks).unsqueeze(0) < blocks.unsqueeze(1)
+    checks.append((
+        (used & ((block_tables < 0) | (block_tables >= num_blocks))).any(dim=1),
+        f"block_tables row {{s}} names a block outside [0, {num_blocks}) among the blocks it uses",
+    ))
+    for bad, message in checks:
+        found = bad.nonzero()
+        if len(found):
+            return KernelArgumentError(f"paged_attention: {message.format(s=int(found[0, 0]))}")
+    num_slots = num_blocks * block_size
+    found = ((slot_mapping < 0) | (slot_mapping >= num_slots)).nonzero()
+    if len(found):
+        t = int(found[0, 0])
+        return KernelArgumentError(
+            f"paged_attention: slot_mapping[{t}] = {int(slot_mapping[t])} is outside the cache's "
+            f"{num_slots} slots (num_blocks * block_size)"
+        )
+    return None

@@ -1,0 +1,49 @@
+/* pyagent/attention.h: causal attention computed directly over a paged KV cache.
+ *
+ * Layout (pyagent_core.interfaces.attention): kv_cache is [2, num_blocks, block_size, num_kv_heads,
+ * head_size] (index 0 keys, 1 values); slot = block * block_size + offset. The new tokens of all
+ * sequences are concatenated: sequence s owns tokens query_start_loc[s] .. query_start_loc[s + 1] - 1,
+ * at positions seq_lens[s] - query_len .. seq_lens[s] - 1; position p of s lives in block
+ * block_tables[s * max_blocks + p / block_size], offset p % block_size.
+ *
+ * q, out: [num_tokens, num_heads, head_size]; k, v: [num_tokens, num_kv_heads, head_size]; every
+ * tensor contiguous, row-major, of one element type (PAK_ATTN_F32 or PAK_ATTN_BF16). Query head h
+ * reads key/value head h / (num_heads / num_kv_heads).
+ *
+ * One call: (1) checks every index it will use, writing nothing on error; (2) copies k[t] and v[t]
+ * to slot slot_mapping[t] of the cache; (3) attends. Each new token sees every cached position of its
+ * sequence and the new tokens up to itself (causal) or, with tree_mask (bytes 0/1, [num_tokens,
+ * tree_width], row-major), the cached positions and the j-th new token of its sequence where
+ * tree_mask[t * tree_width + j] is non-zero. Scores are q . k * scale; softmax and the weighted sum
+ * of values run in float32 with a running maximum and sum (bfloat16 is widened on load; the output
+ * is rounded to nearest even). A token that sees no position gets zeros.
+ *
+ * Work items are (sequence, kv head, tile of up to ~64 query rows); all query heads of a kv head in
+ * a tile share each key/value load. Items are spread over up to num_threads POSIX threads when there
+ * is enough work; <= 1 runs on the calling thread only.
+ *
+ * Errors (nothing written): PAK_EINVAL (NULL pointer, bad size or dtype), PAK_EPARAM (query_start_loc
+ * not starting at 0, decreasing or not ending at num_tokens; a sequence shorter than its new tokens
+ * or longer than its block-table row; a query length above tree_width; *err_index = the sequence),
+ * PAK_EINDEX (a block id outside [0, num_blocks): *err_index = the sequence; a slot outside the cache:
+ * *err_index = num_seqs + the token), PAK_ENOMEM (scratch memory).
+ */
+#ifndef PYAGENT_ATTENTION_H
+#define PYAGENT_ATTENTION_H
+
+#include <stdint.h>
+
+enum pak_attn_dtype {
+    PAK_ATTN_F32 = 0,
+    PAK_ATTN_BF16 = 1
+};
+
+int pak_paged_attention(void *out, const void *q, const void *k, const void *v, void *kv_cache,
+                        int dtype, int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads,
+                        int64_t head_size, int64_t num_blocks, int64_t block_size,
+                        const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping,
+                        const int32_t *seq_lens, const int32_t *query_start_loc, int64_t num_seqs,
+                        const uint8_t *tree_mask, int64_t tree_width, float scale, int num_threads,
+                        int64_t *err_index);
+
+#endif

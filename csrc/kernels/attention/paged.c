@@ -1,0 +1,272 @@
+/* Paged attention (pyagent/attention.h): index checks, cache write, work items, threads and
+ * instruction-set dispatch. The per-variant attention code is in paged_impl.h. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyagent/attention.h"
+#include "pyagent/common.h"
+#include "common/variant.h"
+#include "sampling/vecmath.h"
+
+#define PAK_ATTN_ROWS 64                  /* query rows (tokens x group heads) per work item */
+#define PAK_ATTN_CHUNK 16                 /* positions scored together (at most one block's) */
+#define PAK_ATTN_MAX_THREADS 64
+#define PAK_ATTN_WORK_PER_THREAD (1 << 17) /* (query row, position) pairs a thread must get */
+
+typedef uint16_t pak_v16h __attribute__((vector_size(32)));
+typedef float pak_v4f __attribute__((vector_size(16)));
+
+/* The call's arguments, as the work items need them. */
+typedef struct {
+    void *out;
+    const void *q;
+    const char *cache;
+    int bf16;
+    int64_t num_heads, num_kv_heads, head_size, padded, block_size, max_blocks, plane_bytes;
+    const int32_t *block_tables, *seq_lens, *query_start_loc;
+    const uint8_t *tree_mask;
+    int64_t tree_width;
+    float scale;
+} pak_attn;
+
+/* New tokens first .. first + count - 1 (all of sequence seq) against kv head `head`. */
+typedef struct {
+    int64_t seq, first, count, head;
+} pak_item;
+
+/* Per-thread float32 scratch: scaled queries, accumulators, running max / sum, chunk weights, and
+ * the widened key / value rows of a chunk. */
+typedef struct {
+    float *q, *acc, *m, *l, *p, *k, *v;
+} pak_attn_scratch;
+
+PAK_INLINE float pak_hsum16(pak_v16f v)
+{
+    pak_v8f lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (const char *)&v + sizeof lo, sizeof hi);
+    lo += hi;
+    pak_v4f a, b;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
+    a += b;
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+/* float32 to bfloat16 bits, rounding to nearest even (NaN stays a quiet NaN), as torch does. */
+PAK_INLINE uint16_t pak_to_bf16(float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((bits >> 16) | 0x40u);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+#define PAK_VARIANT generic
+#include "attention/paged_impl.h"
+#undef PAK_VARIANT
+
+#if PAK_X86_VARIANTS
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#define PAK_VARIANT avx2
+#include "attention/paged_impl.h"
+#undef PAK_VARIANT
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+#define PAK_VARIANT avx512
+#include "attention/paged_impl.h"
+#undef PAK_VARIANT
+#pragma GCC pop_options
+#endif
+
+typedef void (*pak_attend_fn)(const pak_attn *, const pak_item *, const pak_attn_scratch *);
+
+static pak_attend_fn pick_attend_fn(void)
+{
+    switch (pak_isa_active()) {
+#if PAK_X86_VARIANTS
+    case PAK_ISA_AVX512:
+        return attend_avx512;
+    case PAK_ISA_AVX2:
+        return attend_avx2;
+#endif
+    default:
+        return attend_generic;
+    }
+}
+
+/* Check query_start_loc, seq_lens, the block-table entries that will be read and the slots. */
+static int check_indices(int64_t num_tokens, int64_t num_blocks, int64_t block_size,
+                         const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping,
+                         const int32_t *seq_lens, const int32_t *query_start_loc, int64_t num_seqs,
+                         const uint8_t *tree_mask, int64_t tree_width, int64_t *err_index)
+{
+    if (query_start_loc[0] != 0 || query_start_loc[num_seqs] != num_tokens) {
+        *err_index = query_start_loc[0] != 0 ? 0 : num_seqs - 1;
+        return PAK_EPARAM;
+    }
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t query_len = (int64_t)query_start_loc[s + 1] - query_start_loc[s];
+        const int64_t blocks = ((int64_t)seq_lens[s] + block_size - 1) / block_size;
+        *err_index = s;
+        if (query_len < 0 || seq_lens[s] < query_len || blocks > max_blocks
+            || (tree_mask && query_len > tree_width))
+            return PAK_EPARAM;
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int32_t block = block_tables[s * max_blocks + b];
+            if (block < 0 || block >= num_blocks)
+                return PAK_EINDEX;
+        }
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        if (slot_mapping[t] < 0 || slot_mapping[t] >= num_blocks * block_size) {
+            *err_index = num_seqs + t;
+            return PAK_EINDEX;
+        }
+    }
+    *err_index = -1;
+    return PAK_OK;
+}
+
+/* Copy k[t] and v[t] (every kv head) to slot slot_mapping[t] of the key and value planes. */
+static void write_cache(char *cache, const char *k, const char *v, const int64_t *slot_mapping,
+                        int64_t num_tokens, int64_t row_bytes, int64_t plane_bytes)
+{
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        char *dst = cache + slot_mapping[t] * row_bytes;
+        memcpy(dst, k + t * row_bytes, (size_t)row_bytes);
+        memcpy(dst + plane_bytes, v + t * row_bytes, (size_t)row_bytes);
+    }
+}
+
+/* Work items, sequence by sequence, tile by tile, kv head by kv head; *work gets the number of
+ * (query row, position) pairs they score, for choosing the thread count. NULL if out of memory. */
+static pak_item *make_items(const pak_attn *a, int64_t num_seqs, int64_t *num_items, int64_t *work)
+{
+    const int64_t group = a->num_heads / a->num_kv_heads;
+    const int64_t tile = group >= PAK_ATTN_ROWS ? 1 : PAK_ATTN_ROWS / group;
+    int64_t n = 0;
+    for (int64_t s = 0; s < num_seqs; ++s)
+        n += (a->query_start_loc[s + 1] - a->query_start_loc[s] + tile - 1) / tile * a->num_kv_heads;
+    pak_item *items = malloc((size_t)(n > 0 ? n : 1) * sizeof *items);
+    if (!items)
+        return NULL;
+    *num_items = 0;
+    *work = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t lo = a->query_start_loc[s], hi = a->query_start_loc[s + 1];
+        for (int64_t first = lo; first < hi; first += tile) {
+            const int64_t count = hi - first < tile ? hi - first : tile;
+            *work += count * group * a->num_kv_heads * a->seq_lens[s];
+            for (int64_t h = 0; h < a->num_kv_heads; ++h)
+                items[(*num_items)++] = (pak_item){s, first, count, h};
+        }
+    }
+    return items;
+}
+
+/* What the threads of one call share: items are taken in order from an atomic counter. */
+typedef struct {
+    const pak_attn *attn;
+    const pak_item *items;
+    int64_t num_items;
+    _Atomic int64_t next;
+    pak_attend_fn attend;
+    int64_t rows;
+} pak_attn_pool;
+
+static void *run_items(void *arg)
+{
+    pak_attn_pool *pool = arg;
+    const int64_t padded = pool->attn->padded, rows = pool->rows;
+    float *mem = malloc((size_t)((2 * rows + 2 * PAK_ATTN_CHUNK) * padded + (2 + PAK_ATTN_CHUNK) * rows)
+                        * sizeof(float));
+    if (!mem)
+        return (void *)1;
+    pak_attn_scratch sc;
+    float *cursor = mem;
+    sc.q = cursor, cursor += rows * padded;
+    sc.acc = cursor, cursor += rows * padded;
+    sc.m = cursor, cursor += rows;
+    sc.l = cursor, cursor += rows;
+    sc.p = cursor, cursor += rows * PAK_ATTN_CHUNK;
+    sc.k = cursor, cursor += PAK_ATTN_CHUNK * padded;
+    sc.v = cursor;
+    for (;;) {
+        const int64_t i = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
+        if (i >= pool->num_items)
+            break;
+        pool->attend(pool->attn, &pool->items[i], &sc);
+    }
+    free(mem);
+    return NULL;
+}
+
+/* Run every item on up to `threads` threads (the caller's included); PAK_ENOMEM if a thread could
+ * not get its scratch memory. */
+static int run_pool(pak_attn_pool *pool, int threads)
+{
+    pthread_t ids[PAK_ATTN_MAX_THREADS];
+    int started[PAK_ATTN_MAX_THREADS] = {0};
+    for (int i = 1; i < threads; ++i)
+        started[i] = pthread_create(&ids[i], NULL, run_items, pool) == 0;
+    int failed = run_items(pool) != NULL;
+    for (int i = 1; i < threads; ++i) {
+        void *result = NULL;
+        if (started[i] && pthread_join(ids[i], &result) == 0)
+            failed |= result != NULL;
+    }
+    return failed ? PAK_ENOMEM : PAK_OK;
+}
+
+int pak_paged_attention(void *out, const void *q, const void *k, const void *v, void *kv_cache,
+                        int dtype, int64_t num_tokens, int64_t num_heads, int64_t num_kv_heads,
+                        int64_t head_size, int64_t num_blocks, int64_t block_size,
+                        const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping,
+                        const int32_t *seq_lens, const int32_t *query_start_loc, int64_t num_seqs,
+                        const uint8_t *tree_mask, int64_t tree_width, float scale, int num_threads,
+                        int64_t *err_index)
+{
+    int64_t ignored;
+    err_index = err_index ? err_index : &ignored;
+    *err_index = -1;
+    if ((dtype != PAK_ATTN_F32 && dtype != PAK_ATTN_BF16) || num_tokens < 0 || num_seqs < 0
+        || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads || head_size <= 0
+        || num_blocks < 0 || block_size <= 0 || max_blocks < 0 || tree_width < 0 || !query_start_loc
+        || (num_seqs > 0 && (!seq_lens || (max_blocks > 0 && !block_tables))) || !isfinite(scale))
+        return PAK_EINVAL;
+    if (num_tokens > 0 && (!out || !q || !k || !v || !kv_cache || !slot_mapping))
+        return PAK_EINVAL;
+    int rc = check_indices(num_tokens, num_blocks, block_size, block_tables, max_blocks, slot_mapping,
+                           seq_lens, query_start_loc, num_seqs, tree_mask, tree_width, err_index);
+    if (rc != PAK_OK || num_tokens == 0)
+        return rc;
+    const int64_t elem = dtype == PAK_ATTN_BF16 ? 2 : 4, row_bytes = num_kv_heads * head_size * elem;
+    const pak_attn attn = {out, q, kv_cache, dtype == PAK_ATTN_BF16, num_heads, num_kv_heads, head_size,
+                           (head_size + 15) / 16 * 16, block_size, max_blocks,
+                           num_blocks * block_size * row_bytes, block_tables, seq_lens, query_start_loc,
+                           tree_mask, tree_width, scale};
+    int64_t num_items, work;
+    pak_item *items = make_items(&attn, num_seqs, &num_items, &work);
+    if (!items)
+        return PAK_ENOMEM;
+    write_cache(kv_cache, k, v, slot_mapping, num_tokens, row_bytes, attn.plane_bytes);
+    const int64_t group = num_heads / num_kv_heads;
+    pak_attn_pool pool = {&attn, items, num_items, 0, pick_attend_fn(),
+                          group >= PAK_ATTN_ROWS ? group : PAK_ATTN_ROWS / group * group};
+    int64_t threads = num_threads < PAK_ATTN_MAX_THREADS ? num_threads : PAK_ATTN_MAX_THREADS;
+    threads = threads < work / PAK_ATTN_WORK_PER_THREAD ? threads : work / PAK_ATTN_WORK_PER_THREAD;
+    threads = threads < num_items ? threads : num_items;
+    rc = run_pool(&pool, threads < 1 ? 1 : (int)threads);
+    free(items);
+    return rc;
+}

@@ -1,0 +1,65 @@
+"""The ``paged`` backend: :func:`pyagent_kernels.attention.paged_attention` behind the attention interface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyagent_kernels
+import torch
+from pyagent_kernels.attention import paged_attention
+
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+
+
+class PagedAttention(AttentionBackend):
+    """Paged attention in C over the block tables; GQA-aware, float32 softmax, any block size.
+
+    Options:
+        threads: most threads one call uses (1: the calling thread only).
+    """
+
+    def __init__(
+        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
+    ) -> None:
+        super().__init__(num_heads, head_size, num_kv_heads, scale, options)
+        self.threads = int(self.options["threads"])
+
+    @classmethod
+    def check_available(cls) -> str | None:
+        """A reason when pyagent-kernels' C extension is not built (forward would use the torch fallback)."""
+        status = pyagent_kernels.status()
+        if status["compiled"]:
+            return None
+        return (
+            f"pyagent-kernels' C extension is not built ({status['reason']}); `paged` would run on its "
+            "slow pure-torch fallback: install a C compiler and reinstall pyagent-kernels"
+        )
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
+        self.check_inputs(q, k, v, kv_cache, metadata)
+        if not kv_cache.is_contiguous():
+            raise ValueError(
+                f"kv_cache must be contiguous (strides {list(kv_cache.stride())}); allocate it with "
+                "torch.zeros/torch.empty in the [2, num_blocks, block_size, kv_heads, head_size] layout"
+            )
+        tree_mask = metadata.tree_mask
+        return paged_attention(
+            q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,
+            block_tables=metadata.block_tables.contiguous(),
+            slot_mapping=metadata.slot_mapping.contiguous(),
+            seq_lens=metadata.seq_lens.contiguous(),
+            query_start_loc=metadata.query_start_loc.contiguous(),
+            scale=self.scale,
+            tree_mask=None if tree_mask is None else tree_mask.contiguous(),
+            threads=self.threads,
+        )

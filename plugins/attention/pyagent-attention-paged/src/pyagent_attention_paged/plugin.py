@@ -1,0 +1,44 @@
+"""Registers the ``paged`` attention backend. Imported while listing plugins: no torch here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyagent_core import AttentionSpec, OptionSpec, hookimpl
+
+SPEC = AttentionSpec(
+    name="paged",
+    impl="pyagent_attention_paged.backend:PagedAttention",
+    summary="C kernels (pyagent-kernels) attending directly over the block tables of the paged KV cache.",
+    description=(
+        "One C call per layer writes the new keys/values at their slots and attends, reading each "
+        "sequence's keys/values block by block in place (no gather copy). The query heads of a "
+        "key/value head are processed together (GQA: each block read once per group), with an "
+        "online float32 softmax; decode, prefill, chunked prefill, mixed batches and draft-tree "
+        "masks; float32 and bfloat16 (widened to float32); any block and head size. A sequence's "
+        "output does not depend on the rest of its batch. Without the compiled extension it runs "
+        "on pyagent-kernels' pure-torch fallback (much slower) and `--check` reports it unavailable."
+    ),
+    priority=20,
+    options={"threads": OptionSpec(
+        type=int, default=1, min=1, max=64,
+        help=(
+            "POSIX threads the C kernel spreads (sequence, kv head, query tile) items over when a "
+            "call has enough work; 1 runs on the calling thread (torch's spinning OpenMP workers "
+            "compete for the same cores)"
+        ),
+    )},
+    requires=("pyagent-kernels",),
+    install_hint="pip install pyagent-attention-paged (and a C compiler to build pyagent-kernels)",
+    dtypes=("float32", "bfloat16"),
+    prefill=True,
+    decode=True,
+    tree_mask=True,
+)
+"""The backend's spec record: also what the tests run the conformance kit against."""
+
+
+@hookimpl
+def pyagent_register_attention_backends(register: Callable[[AttentionSpec], None]) -> None:
+    """Register the ``paged`` backend."""
+    register(SPEC)
