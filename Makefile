@@ -20,7 +20,7 @@ $(STAMP): $(PROJECTS) requirements-dev.txt Makefile
 
 demo: install
 	$(BIN)/pyagent list
-	$(BIN)/pyagent doctor
+	$(BIN)/pyagent generate "Explain in two sentences what a KV cache is." --max-tokens 96
 
 lint: install
 	$(BIN)/ruff check .
@@ -33,6 +33,8 @@ bench: install
 	$(BIN)/pyagent bench startup --out benchmarks/results/startup.json
 	$(BIN)/python csrc/benchmarks/bench_sampling.py --out benchmarks/results/kernels_sampling.json
 	$(BIN)/python benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
+	$(BIN)/python csrc/benchmarks/bench_attention.py --out benchmarks/results/attention.json
+	$(BIN)/pyagent bench engine --out benchmarks/results/engine.json
 
 clean:
 	rm -rf $(VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,9 @@
 ``startup`` times a cold ``pyagent list --json`` (every installed plugin discovered and listed)
 against ``python -c pass`` (the interpreter floor) and ``python -c "import torch"`` (what listing
 would cost if it imported torch), each in a fresh process.
+
+``engine`` measures generation on the embedded model against Hugging Face transformers (and
+llama.cpp when it is installed); the measuring lives in :mod:`pyagent_core.bench_engine`.
 """
 
 from __future__ import annotations
@@ -74,3 +77,61 @@ def startup(
         [(label, f"{r['median_s'] * 1e3:.1f}", f"{r['min_s'] * 1e3:.1f}", f"{r['median_s'] / listing:.2f}x")
          for label, r in results.items()],
     )
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_engine_report(report: dict[str, Any]) -> None:
+    tokens = report["prompt_tokens"]
+    print_table(
+        f"single stream, greedy, {report['new_tokens']} new tokens, median of {len(tokens)} prompts "
+        f"({min(tokens)}-{max(tokens)} prompt tokens), {report['torch_threads']} torch threads",
+        ["engine", "dtype", "attention", "prefill tok/s", "decode tok/s", "ttft ms"],
+        [(r["engine"], r["dtype"], r.get("attention", ""), _number(r["prefill_tok_s"]), _number(r["decode_tok_s"]),
+          _number(r["ttft_s"] * 1e3)) for r in report["single_stream"]]
+        + [(name, "", "", info["reason"], "", "") for name, info in report["peers"].items() if not info["available"]],
+    )
+    print_table(
+        f"pyagent aggregate, {report['aggregate_new_tokens']} new tokens per request",
+        ["concurrent requests", "dtype", "attention", "output tokens", "wall s", "output tok/s"],
+        [(r["concurrency"], r["dtype"], r["attention"], r["output_tokens"], _number(r["wall_s"], 2),
+          _number(r["tok_s"])) for r in report["aggregate"]],
+    )
+    print_table(
+        "ratios", ["ratio", "value", "goal", "met"],
+        [(r["name"], "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+          "" if r["goal"] is None else f">= {r['goal']:g}x", "-" if r["met"] is None else "yes" if r["met"] else "no")
+         for r in report["ratios"]],
+    )
+
+
+@app.command("engine")
+def engine(
+    dtype: Annotated[list[str] | None, typer.Option(
+        help="pyagent single-stream dtype (repeat for several; default: bfloat16 and float32).")] = None,
+    attention: Annotated[str | None, typer.Option(
+        help="pyagent's attention backend (default: the registry's selection).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON to this file.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    from pyagent_core.bench_engine import DTYPES, EngineBenchSettings, run_engine_benchmark
+
+    dtypes = tuple(dtype or DTYPES)
+    unknown = sorted(set(dtypes) - set(DTYPES))
+    if unknown:
+        raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
+                                 param_hint="--dtype")
+    settings = (EngineBenchSettings.quick(dtypes, attention) if quick
+                else EngineBenchSettings(dtypes=dtypes, attention=attention))
+    report = run_engine_benchmark(settings)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if json_out:
+        print_json(report)
+        return
+    _print_engine_report(report)

@@ -126,7 +126,7 @@ def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams, chat: bool, sy
 def generate(
     prompt: Annotated[str | None, typer.Argument(help="The prompt (omit with --input).")] = None,
     input_file: Annotated[Path | None, typer.Option("--input", help="Prompts file: text lines or JSON lines.")] = None,
-    model: ModelOpt = None, dtype: DtypeOpt = "float32", attention: AttentionOpt = None,
+    model: ModelOpt = None, dtype: DtypeOpt = "bfloat16", attention: AttentionOpt = None,
     attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128, temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0, top_k: TopKOpt = 0, seed: SeedOpt = None, stop: StopOpt = None,
     system: SystemOpt = None,
@@ -165,7 +165,7 @@ def generate(
 
 
 def chat(
-    model: ModelOpt = None, dtype: DtypeOpt = "float32", attention: AttentionOpt = None,
+    model: ModelOpt = None, dtype: DtypeOpt = "bfloat16", attention: AttentionOpt = None,
     attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512, temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0,

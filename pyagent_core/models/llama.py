@@ -63,6 +63,10 @@ def check_weights(config: ModelConfig, weights: Mapping[str, torch.Tensor]) -> N
             )
 
 
+#: Rows per output-head product (see :meth:`LlamaModel.forward`).
+LOGITS_ROWS = 32
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` for ``x [rows, in]`` and ``weight [out, in]``.
 
@@ -215,4 +219,6 @@ class LlamaModel:
             gate, up = linear(self._rms_norm(hidden, layer.post_norm), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + linear(F.silu(gate) * up, layer.down)
         last = self._rms_norm(hidden[logits_indices], self.norm)
-        return linear(last, self.lm_head).float()
+        # At most LOGITS_ROWS rows per product: torch's bfloat16 kernel changes its reduction order
+        # for more rows of this wide matrix, and a sequence's logits must not depend on its batch.
+        return torch.cat([linear(rows, self.lm_head) for rows in last.split(LOGITS_ROWS)]).float()
