@@ -1,0 +1,201 @@
+"""The ``torch-sdpa`` backend: a paged KV cache read through ``torch.nn.functional.scaled_dot_product_attention``.
+
+Keys and values are gathered token by token through the block tables (one ``index_select`` per
+tensor for the whole batch), so only positions below a sequence's length are ever read. Two paths:
+
+- **decode** (one new token per sequence): every sequence's keys/values go into one padded
+  ``[num_seqs, kv_heads, length, head_size]`` tensor and one SDPA call attends for the whole batch,
+  with a key-padding mask. Positions past a sequence's end repeat its last token, so the padding is
+  finite and masked. The query heads of each key/value head form the query rows of that head
+  (``[num_seqs, kv_heads, group, head_size]``), so grouped-query attention needs no copies.
+- **prefill** (several new tokens: prefill, chunked prefill, draft trees): one SDPA call per
+  sequence over its own keys/values, with a causal mask offset by its cached context, or the tree
+  mask. Single-token sequences of a mixed batch still take the decode path, so a decode step gives
+  the same bits whatever else shares its batch.
+
+Batch invariance: torch's CPU SDPA kernel walks keys in blocks of :data:`SDPA_KEY_BLOCK` and reduces
+each block with a vectorised softmax sum and a matrix product whose rounding can depend on the
+block's length. Masked keys add exact zeros, so a sequence's output is the same bits alone or
+batched when the padded length leaves the blocks that hold its keys alike;
+:data:`INVARIANT_KEY_MULTIPLE` gives that padding.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+
+SDPA_KEY_BLOCK = 512
+"""Keys per block of torch's CPU SDPA kernel (it reduces ``min(512, key length)`` keys at a time)."""
+
+INVARIANT_KEY_MULTIPLE: dict[torch.dtype, int] = {torch.bfloat16: 16, torch.float32: SDPA_KEY_BLOCK}
+"""Decode key lengths are padded to a multiple of this with ``batch_invariant`` on (others: 512).
+
+Measured with torch 2.13 on x86-64 (AVX-512, MKL): bfloat16 is invariant from a multiple of 16 on
+(8 is not); float32 from 256 on (128 is not; the product over a block's keys appears to be split
+differently once a block exceeds about 400 keys). 512, whole kernel blocks, keeps every block that
+holds a sequence's keys the same product on the same data, whatever the BLAS does inside one.
+"""
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _slots(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Cache slots of token ``positions`` of the sequences in block-table ``rows`` (broadcast together)."""
+    blocks = block_tables[rows, positions // block_size].long()
+    return blocks * block_size + positions % block_size
+
+
+class TorchSdpaAttention(AttentionBackend):
+    """Paged attention through torch's SDPA: one batched call for decode, one per prefilling sequence.
+
+    Options:
+        batch_invariant: pad decode keys to a multiple of :data:`INVARIANT_KEY_MULTIPLE` so that a
+            sequence's output does not depend on the other sequences of its batch. Off, keys are
+            padded only to the batch's longest sequence.
+    """
+
+    def __init__(
+        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
+    ) -> None:
+        super().__init__(num_heads, head_size, num_kv_heads, scale, options)
+        self.batch_invariant = bool(self.options["batch_invariant"])
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: AttentionMetadata,
+        layer: int,
+    ) -> torch.Tensor:
+        """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
+        self.check_inputs(q, k, v, kv_cache, metadata)
+        if not kv_cache.is_contiguous():
+            raise ValueError(
+                f"kv_cache must be contiguous (strides {list(kv_cache.stride())}); allocate it with "
+                "torch.zeros/torch.empty in the [2, num_blocks, block_size, kv_heads, head_size] layout"
+            )
+        flat = kv_cache.view(2, -1, self.num_kv_heads, self.head_size)
+        flat[0].index_copy_(0, metadata.slot_mapping, k)
+        flat[1].index_copy_(0, metadata.slot_mapping, v)
+        block_size = kv_cache.shape[2]
+        if metadata.max_query_len == 1 and metadata.num_tokens == metadata.num_seqs:
+            own_token = None if metadata.tree_mask is None else metadata.tree_mask[:, 0]
+            return self._decode(q, flat, block_size, metadata.block_tables, metadata.seq_lens,
+                                metadata.max_seq_len, own_token)
+        return self._mixed(q, flat, block_size, metadata)
+
+    def _gather(self, flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """``[2, len(slots), kv_heads, head_size]``: the keys and values at ``slots``."""
+        out = flat.new_empty((2, slots.numel(), self.num_kv_heads, self.head_size))
+        torch.index_select(flat[0], 0, slots, out=out[0])
+        torch.index_select(flat[1], 0, slots, out=out[1])
+        return out
+
+    def _decode(
+        self,
+        q: torch.Tensor,
+        flat: torch.Tensor,
+        block_size: int,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+        max_seq_len: int,
+        own_token: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Attention of one new token per sequence (``q[s]`` is the last token of sequence ``s``).
+
+        Args:
+            q: ``[num_seqs, num_heads, head_size]``.
+            flat: the cache viewed as ``[2, num_slots, kv_heads, head_size]``, already written.
+            block_size: tokens per cache block.
+            block_tables: ``[num_seqs, max_blocks]`` rows of the sequences.
+            seq_lens: ``[num_seqs]`` lengths including the new token; ``max_seq_len`` their maximum.
+            own_token: ``bool [num_seqs]``, whether each new token sees itself (tree masks), or
+                ``None`` for yes.
+        """
+        num_seqs = q.shape[0]
+        multiple = INVARIANT_KEY_MULTIPLE.get(q.dtype, SDPA_KEY_BLOCK) if self.batch_invariant else 1
+        length = _round_up(max_seq_len, multiple)
+        positions = torch.arange(length, device=q.device)
+        lens = seq_lens.long().unsqueeze(1)
+        rows = torch.arange(num_seqs, device=q.device).unsqueeze(1)
+        slots = _slots(block_tables, rows, torch.minimum(positions, lens - 1), block_size)
+        keys, values = self._gather(flat, slots.flatten()).view(
+            2, num_seqs, length, self.num_kv_heads, self.head_size
+        ).transpose(2, 3)
+        visible = positions < lens
+        if own_token is not None:
+            visible &= (positions != lens - 1) | own_token.unsqueeze(1)
+        group = self.num_heads // self.num_kv_heads
+        out = F.scaled_dot_product_attention(
+            q.reshape(num_seqs, self.num_kv_heads, group, self.head_size), keys, values,
+            attn_mask=visible.view(num_seqs, 1, 1, length), scale=self.scale,
+        )
+        return out.reshape(num_seqs, self.num_heads, self.head_size)
+
+    def _mixed(self, q: torch.Tensor, flat: torch.Tensor, block_size: int, md: AttentionMetadata) -> torch.Tensor:
+        """Any batch: its single-token sequences through :meth:`_decode`, the others one by one."""
+        out = torch.empty_like(q)
+        starts = md.query_start_loc.tolist()
+        seq_lens = md.seq_lens.tolist()
+        query_lens = [hi - lo for lo, hi in itertools.pairwise(starts)]
+        single = [s for s, n in enumerate(query_lens) if n == 1]
+        if single:
+            rows = torch.tensor(single, device=q.device)
+            tokens = md.query_start_loc[rows].long()
+            own_token = None if md.tree_mask is None else md.tree_mask[tokens, 0]
+            out[tokens] = self._decode(q[tokens], flat, block_size, md.block_tables[rows], md.seq_lens[rows],
+                                       max(seq_lens[s] for s in single), own_token)
+        several = [s for s, n in enumerate(query_lens) if n > 1]
+        if several:
+            self._prefill(q, out, flat, block_size, md, several, starts, seq_lens)
+        return out
+
+    def _prefill(
+        self,
+        q: torch.Tensor,
+        out: torch.Tensor,
+        flat: torch.Tensor,
+        block_size: int,
+        md: AttentionMetadata,
+        seqs: list[int],
+        starts: list[int],
+        seq_lens: list[int],
+    ) -> None:
+        """Attend for the sequences ``seqs`` (several new tokens each) into their rows of ``out``.
+
+        One gather fetches the keys/values of all of them (positions ``0..seq_len-1`` each); then
+        one SDPA call per sequence, with ``is_causal`` when it has no cached context and no tree.
+        """
+        device = q.device
+        lens = torch.tensor([seq_lens[s] for s in seqs], device=device)
+        owner = torch.repeat_interleave(torch.arange(len(seqs), device=device), lens)
+        first = torch.cumsum(lens, 0) - lens
+        positions = torch.arange(owner.numel(), device=device) - first[owner]
+        rows = torch.tensor(seqs, device=device)[owner]
+        keys, values = self._gather(flat, _slots(md.block_tables, rows, positions, block_size)).transpose(1, 2)
+        offset = 0
+        for s in seqs:
+            lo, hi, seq_len = starts[s], starts[s + 1], seq_lens[s]
+            context = seq_len - (hi - lo)
+            mask = None
+            if context or md.tree_mask is not None:
+                mask = torch.ones(hi - lo, seq_len, dtype=torch.bool, device=device).tril(diagonal=context)
+                if md.tree_mask is not None:
+                    mask[:, context:] = md.tree_mask[lo:hi, : hi - lo]
+            attended = F.scaled_dot_product_attention(
+                q[lo:hi].transpose(0, 1), keys[:, offset:offset + seq_len], values[:, offset:offset + seq_len],
+                attn_mask=mask, is_causal=mask is None, scale=self.scale, enable_gqa=True,
+            )
+            out[lo:hi] = attended.transpose(0, 1)
+            offset += seq_len

@@ -1,0 +1,40 @@
+"""Registers the ``torch-sdpa`` attention backend. Imported while listing plugins: no torch here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyagent_core import AttentionSpec, OptionSpec, hookimpl
+
+SPEC = AttentionSpec(
+    name="torch-sdpa",
+    impl="pyagent_attention_torch_sdpa.backend:TorchSdpaAttention",
+    summary="Reference: gathers keys/values from the paged cache and calls torch's scaled_dot_product_attention.",
+    description=(
+        "Writes the new keys/values with index_copy_ on a flat view of the cache. A batch of decode "
+        "steps (one new token per sequence) becomes one SDPA call over a padded key tensor with a "
+        "key-padding mask; sequences with several new tokens (prefill, chunked prefill, draft trees) "
+        "get one SDPA call each with a causal or tree mask. Any head size and block size."
+    ),
+    priority=10,
+    options={"batch_invariant": OptionSpec(
+        type=bool, default=True,
+        help=(
+            "pad the decode key length so that a sequence's output is bitwise the same alone or in any "
+            "batch (costs float32 decode time when sequences are short)"
+        ),
+    )},
+    requires=("torch",),
+    install_hint="pip install pyagent-attention-torch-sdpa",
+    dtypes=("float32", "bfloat16"),
+    prefill=True,
+    decode=True,
+    tree_mask=True,
+)
+"""The backend's spec record: also what the tests run the conformance kit against."""
+
+
+@hookimpl
+def pyagent_register_attention_backends(register: Callable[[AttentionSpec], None]) -> None:
+    """Register the ``torch-sdpa`` backend."""
+    register(SPEC)
