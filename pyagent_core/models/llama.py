@@ -66,7 +66,7 @@ def check_weights(config: ModelConfig, weights: Mapping[str, torch.Tensor]) -> N
 #: Rows per matrix product. torch's CPU kernels give a row different bits depending on how many
 #: rows share the product and where the row sits, but a product of exactly this many rows gives
 #: each row the same bits whatever its neighbours: so every row goes through such a product.
-ROW_TILE = 16
+ROW_TILE = 32
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -68,25 +68,8 @@ PAK_INLINE uint16_t pak_to_bf16(float x)
     return (uint16_t)(bits >> 16);
 }
 
-#define PAK_VARIANT generic
-#include "attention/paged_impl.h"
-#undef PAK_VARIANT
-
-#if PAK_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#define PAK_VARIANT avx2
-#include "attention/paged_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
-#define PAK_VARIANT avx512
-#include "attention/paged_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-#endif
+#define PAK_IMPL "attention/paged_impl.h"
+#include "common/variants.h"
 
 typedef void (*pak_attend_fn)(const pak_attn *, const pak_item *, const pak_attn_scratch *);
 

@@ -1,7 +1,8 @@
 /* Internal: helpers for compiling one kernel body once per instruction-set variant.
  *
- * An area's dispatcher (.c) includes its *_impl.h several times, each time with PAK_VARIANT set to
- * the variant's name and, for the x86 variants, inside `#pragma GCC target(...)`. PAK_V(name)
+ * An area's dispatcher (.c) includes its *_impl.h once per variant through common/variants.h, each
+ * time with PAK_VARIANT set to the variant's name and, for the x86 variants, inside
+ * `#pragma GCC target(...)`. PAK_V(name)
  * gives each copy's functions distinct names. The x86 variants are built with GCC only; other
  * compilers get the generic variant alone.
  */

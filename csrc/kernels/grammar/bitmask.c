@@ -23,25 +23,8 @@ PAK_INLINE int64_t pak_row_at(const pak_rows *rows, int64_t i)
     return ((const int32_t *)rows->indices)[i];
 }
 
-#define PAK_VARIANT generic
-#include "grammar/bitmask_impl.h"
-#undef PAK_VARIANT
-
-#if PAK_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#define PAK_VARIANT avx2
-#include "grammar/bitmask_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
-#define PAK_VARIANT avx512
-#include "grammar/bitmask_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-#endif
+#define PAK_IMPL "grammar/bitmask_impl.h"
+#include "common/variants.h"
 
 /* Validate sizes, pointers and every index before anything is written. */
 static int check_args(const void *logits, const int32_t *bitmask, int64_t num_rows, int64_t vocab,

@@ -32,25 +32,8 @@ static int64_t pak_block_size(int64_t n, int64_t k)
     return blk;
 }
 
-#define PAK_VARIANT generic
-#include "sampling/mask_impl.h"
-#undef PAK_VARIANT
-
-#if PAK_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#define PAK_VARIANT avx2
-#include "sampling/mask_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
-#define PAK_VARIANT avx512
-#include "sampling/mask_impl.h"
-#undef PAK_VARIANT
-#pragma GCC pop_options
-#endif
+#define PAK_IMPL "sampling/mask_impl.h"
+#include "common/variants.h"
 
 typedef int (*pak_row_fn)(float *restrict, int64_t, float, int32_t, float, float, const pak_scratch *);
 
