@@ -28,7 +28,7 @@ class LLM:
 
     Args:
         model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
-        dtype: ``"bfloat16"`` (default: batch-invariant and faster on CPU) or ``"float32"``.
+        dtype: ``"bfloat16"`` (default, the faster on CPU) or ``"float32"``.
         attention: attention backend name; ``attention_options`` its options.
         samplers: logits processors in chain order.
         registry: where plugins come from (default: the installed ones).
