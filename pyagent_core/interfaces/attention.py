@@ -147,6 +147,9 @@ class AttentionBackend(ABC):
         cache_ok = kv_cache.dim() == 5 and kv_cache.shape[0] == 2 and tuple(kv_cache.shape[3:]) == (kvh, d)
         _expect(cache_ok, f"kv_cache must have shape [2, num_blocks, block_size, {kvh}, {d}], "
                 f"got {list(kv_cache.shape)}")
+        _expect(kv_cache.is_contiguous(),  # slots are flat positions: the layout must be dense
+                f"kv_cache must be contiguous (strides {list(kv_cache.stride())}); allocate it with "
+                "torch.zeros/torch.empty in the [2, num_blocks, block_size, kv_heads, head_size] layout")
 
     @abstractmethod
     def forward(

@@ -47,11 +47,6 @@ class PagedAttention(AttentionBackend):
     ) -> torch.Tensor:
         """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
         self.check_inputs(q, k, v, kv_cache, metadata)
-        if not kv_cache.is_contiguous():
-            raise ValueError(
-                f"kv_cache must be contiguous (strides {list(kv_cache.stride())}); allocate it with "
-                "torch.zeros/torch.empty in the [2, num_blocks, block_size, kv_heads, head_size] layout"
-            )
         tree_mask = metadata.tree_mask
         return paged_attention(
             q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,

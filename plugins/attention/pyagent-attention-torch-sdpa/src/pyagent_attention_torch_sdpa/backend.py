@@ -80,11 +80,6 @@ class TorchSdpaAttention(AttentionBackend):
     ) -> torch.Tensor:
         """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
         self.check_inputs(q, k, v, kv_cache, metadata)
-        if not kv_cache.is_contiguous():
-            raise ValueError(
-                f"kv_cache must be contiguous (strides {list(kv_cache.stride())}); allocate it with "
-                "torch.zeros/torch.empty in the [2, num_blocks, block_size, kv_heads, head_size] layout"
-            )
         flat = kv_cache.view(2, -1, self.num_kv_heads, self.head_size)
         flat[0].index_copy_(0, metadata.slot_mapping, k)
         flat[1].index_copy_(0, metadata.slot_mapping, v)
