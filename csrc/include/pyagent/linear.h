@@ -1,0 +1,36 @@
+/* pyagent/linear.h: batch-invariant matrix products for the model's linear layers.
+ *
+ * y[m, n] = sum_k x[m, k] * w[n, k] for x [rows, in], w [out, in] and y [rows, out], all contiguous
+ * and row-major (the layout of torch's F.linear without bias).
+ *
+ * Every output element is computed in one fixed order that depends only on `in`: 16 float32 lanes
+ * accumulate the products of their share of the row with fused multiply-adds, then the lanes are
+ * summed in a fixed tree. Which other rows share the call, where the row sits, how the work is
+ * tiled and how many threads run it never change a single bit of the result, so a sequence's
+ * tokens do not depend on its batch. All instruction-set variants follow the same order and give the
+ * same bits for normal numbers (the AVX-512 BF16 instruction treats subnormal inputs as zero).
+ *
+ * bfloat16 inputs are multiplied exactly in float32; the float32 sums are stored as they are or
+ * rounded to the nearest bfloat16 (ties to even) once at the end.
+ * threads: how many threads may share the call (1 or more). The helpers are started on first use
+ * and wait between calls, spinning briefly, then sleeping; a helper that cannot be started, or a
+ * pool busy with a call from another thread, only means fewer threads for this call.
+ * Returns PAK_OK, or PAK_EINVAL for a NULL pointer with a non-zero size or a negative size.
+ */
+#ifndef PYAGENT_LINEAR_H
+#define PYAGENT_LINEAR_H
+
+#include <stdint.h>
+
+int pak_linear_f32(const float *x, const float *w, float *y, int64_t rows, int64_t out, int64_t in,
+                   int threads);
+
+/* bfloat16 x and w; y is float32 when y_f32 is non-zero (the sums unrounded, e.g. for logits),
+ * else bfloat16. */
+int pak_linear_bf16(const uint16_t *x, const uint16_t *w, void *y, int y_f32, int64_t rows, int64_t out,
+                    int64_t in, int threads);
+
+/* 1 when pak_linear_bf16 uses the AVX-512 BF16 dot-product instruction on this CPU, else 0. */
+int pak_linear_bf16_native(void);
+
+#endif

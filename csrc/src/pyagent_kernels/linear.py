@@ -1,0 +1,86 @@
+"""Batch-invariant linear layers: ``x @ weight.T`` where a row's bits never depend on its batch.
+
+Every output element is summed in one fixed order that depends only on the inner size (see
+``include/pyagent/linear.h``): 16 float32 lanes of fused multiply-adds, then a fixed tree. Which
+rows share the call, how the C kernel tiles the work and how many threads run it change nothing,
+so a sequence gives the same tokens alone or batched. bfloat16 is multiplied exactly in float32
+and rounded once (nearest, ties to even); on CPUs with AVX-512 BF16 the dot-product instruction
+does the work. Every instruction-set variant gives the same bits for normal numbers.
+
+The pure-torch fallback (:mod:`pyagent_kernels._linear_torch`) is batch-invariant too but sums in
+another order, so its bits differ from the C kernel's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pyagent_kernels import _extension
+from pyagent_kernels._extension import Backend
+from pyagent_kernels._linear_torch import linear_torch
+from pyagent_kernels.errors import KernelArgumentError
+
+__all__ = ["linear"]
+
+_POINTERS = {torch.float32: "float *", torch.bfloat16: "uint16_t *"}
+
+
+def _check(x: object, weight: object) -> None:
+    for name, value in (("x", x), ("weight", weight)):
+        if not isinstance(value, torch.Tensor):
+            raise KernelArgumentError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        if value.dim() != 2:
+            raise KernelArgumentError(f"{name} has shape {tuple(value.shape)}; expected 2 dimensions")
+        if value.dtype not in _POINTERS:
+            raise KernelArgumentError(f"{name} has dtype {value.dtype}; expected torch.float32 or torch.bfloat16")
+        if value.device.type != "cpu" or value.layout != torch.strided:
+            raise KernelArgumentError(f"{name} must be a dense CPU tensor; pass {name}.cpu()")
+        if not value.is_contiguous():
+            raise KernelArgumentError(f"{name} is not contiguous; pass {name}.contiguous()")
+    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
+    if x.dtype != weight.dtype:
+        raise KernelArgumentError(f"x has dtype {x.dtype} but weight has {weight.dtype}; convert one with .to()")
+    if x.shape[1] != weight.shape[1]:
+        raise KernelArgumentError(
+            f"x has {x.shape[1]} features per row but weight [out, in] has in = {weight.shape[1]}"
+        )
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, *, out_dtype: torch.dtype | None = None,
+           threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
+    """Return ``x @ weight.T`` (``[rows, out]``), batch-invariant.
+
+    Args:
+        x: float32 or bfloat16 ``[rows, in]``, contiguous, on CPU.
+        weight: ``[out, in]``, the same dtype, contiguous, on CPU.
+        out_dtype: the result's dtype: the inputs' (default) or float32. With bfloat16 inputs,
+            float32 keeps the sums unrounded (logits: rounding them to bfloat16 makes ties); the
+            torch fallback rounds to bfloat16 first.
+        threads: threads the C kernel may use (default: ``torch.get_num_threads()``).
+        backend: "auto" (C if built, else torch with a one-time warning), "c" or "torch".
+
+    Raises:
+        KernelArgumentError: a tensor has the wrong type, dtype, shape, layout or device.
+        KernelUnavailableError: backend="c" but the extension is not built.
+    """
+    _check(x, weight)
+    out_dtype = out_dtype or x.dtype
+    if out_dtype not in (x.dtype, torch.float32):
+        raise KernelArgumentError(f"out_dtype must be {x.dtype} or torch.float32, got {out_dtype}")
+    if threads is None:
+        threads = torch.get_num_threads()
+    if threads < 1:
+        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
+    if _extension.resolve(backend, "linear") == "torch":
+        return linear_torch(x, weight).to(out_dtype)
+    ffi, lib = _extension.require()
+    out = torch.empty((x.shape[0], weight.shape[0]), dtype=out_dtype)
+    pointer = _POINTERS[x.dtype]
+    inputs = ffi.cast(pointer, x.data_ptr()), ffi.cast(pointer, weight.data_ptr())
+    sizes = x.shape[0], weight.shape[0], x.shape[1], threads
+    if x.dtype == torch.float32:
+        rc = lib.pak_linear_f32(*inputs, ffi.cast("float *", out.data_ptr()), *sizes)
+    else:
+        rc = lib.pak_linear_bf16(*inputs, ffi.cast("void *", out.data_ptr()), out_dtype == torch.float32, *sizes)
+    _extension.check_status(rc, "linear")
+    return out
