@@ -286,3 +286,25 @@ def test_empty_inputs_are_a_no_op(backend: Backend) -> None:
         pytest.skip("pyagent_kernels._C is not built")
     apply_sampling_mask(torch.empty(0, 10), top_k=torch.empty(0, dtype=torch.int32), backend=backend)
     apply_sampling_mask(torch.empty(3, 0), top_p=torch.full((3,), 0.5), backend=backend)
+
+
+@needs_c
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), rows=st.integers(1, 5), vocab=st.integers(1, 700))
+def test_temperature_last_c_equals_torch_and_separate_steps(seed: int, rows: int, vocab: int) -> None:
+    """temperature_last: C equals torch bitwise, and equals the mask without temperature followed
+    by dividing the rows with t > 0, t != 1."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=gen) * 3
+    params = random_params(rows, vocab, gen)
+    params["temperature"] = params["temperature"].clamp(min=-1.0).where(params["temperature"] != 0.05, 0.5)
+    outs = {}
+    for backend in ("c", "torch"):
+        out = logits.clone()
+        apply_sampling_mask(out, temperature_last=True, backend=backend, **params)
+        outs[backend] = out
+    assert torch.equal(outs["c"].view(torch.int32), outs["torch"].view(torch.int32))
+    separate = run(logits, {**params, "temperature": None}, "c")
+    t = params["temperature"]
+    separate.div_(torch.where((t > 0) & (t != 1), t, 1.0).unsqueeze(1))
+    assert torch.equal(outs["c"].view(torch.int32), separate.view(torch.int32))

@@ -37,4 +37,17 @@ int pak_sampling_mask_f32(float *logits, int64_t num_rows, int64_t vocab,
                           const float *top_p, const float *min_p, int num_threads,
                           int64_t *err_row);
 
+/* Flags of pak_sampling_mask_ex_f32. PAK_MASK_TEMPERATURE_LAST: apply the temperature after
+ * min-p instead of first (top-p and min-p then see unscaled logits; kept logits are divided by t at
+ * the end; a NaN or +inf result is PAK_EVALUE for that row). Other bits must be 0. */
+enum pak_mask_flags {
+    PAK_MASK_TEMPERATURE_LAST = 1
+};
+
+/* pak_sampling_mask_f32 with flags (pak_sampling_mask_f32 is this with flags == 0). */
+int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
+                             const float *temperature, const int32_t *top_k,
+                             const float *top_p, const float *min_p, int flags, int num_threads,
+                             int64_t *err_row);
+
 #endif

@@ -1,6 +1,9 @@
 /* Fused sampling mask (pyagent/sampling.h): argument checks, scratch memory and dispatch. */
 #include <math.h>
 #include <pthread.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h> /* the AVX-512 variant of mask_impl.h uses a few intrinsics */
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -12,10 +15,10 @@
 
 /* Scratch of one thread, sized for one row and reused for each of its rows. */
 typedef struct {
-    uint32_t *keys; /* vocab entries: candidate keys */
-    uint32_t *tmp;  /* vocab entries: radix-sort buffer */
+    uint32_t *keys; /* vocab + pak_num_blocks(vocab, 16) entries: candidate keys */
+    uint32_t *tmp;  /* as many: radix-sort buffer */
     double *w;      /* vocab entries: candidate weights */
-    float *bmax;    /* ceil(vocab / 16) entries: per-block maxima */
+    float *bmax;    /* pak_num_blocks(vocab, 16) entries: per-block maxima */
 } pak_scratch;
 
 /* Threads per call are capped at PAK_MAX_THREADS and get at least PAK_LOGITS_PER_THREAD logits. */
@@ -35,7 +38,7 @@ static int64_t pak_block_size(int64_t n, int64_t k)
 #define PAK_IMPL "sampling/mask_impl.h"
 #include "common/variants.h"
 
-typedef int (*pak_row_fn)(float *restrict, int64_t, float, int32_t, float, float, const pak_scratch *);
+typedef int (*pak_row_fn)(float *restrict, int64_t, float, int32_t, float, float, int, const pak_scratch *);
 
 static pak_row_fn pick_row_fn(void)
 {
@@ -72,6 +75,7 @@ typedef struct {
     int64_t vocab, row_begin, row_end;
     const float *temperature, *top_p, *min_p;
     const int32_t *top_k;
+    int t_last;
     pak_row_fn row_fn;
     int rc;
     int64_t err_row;
@@ -82,16 +86,18 @@ static void *run_job(void *arg)
     pak_job *job = arg;
     const size_t n = (size_t)job->vocab;
     pak_scratch sc;
-    sc.keys = malloc(n * sizeof *sc.keys);
-    sc.tmp = malloc(n * sizeof *sc.tmp);
+    /* the keys also hold the block maxima, which can outnumber the values of a short row */
+    const size_t nkeys = n + (size_t)pak_num_blocks(job->vocab, 16);
+    sc.keys = malloc(nkeys * sizeof *sc.keys);
+    sc.tmp = malloc(nkeys * sizeof *sc.tmp);
     sc.w = malloc(n * sizeof *sc.w);
-    sc.bmax = malloc((n + 15) / 16 * sizeof *sc.bmax);
+    sc.bmax = malloc((size_t)pak_num_blocks(job->vocab, 16) * sizeof *sc.bmax);
     job->rc = (sc.keys && sc.tmp && sc.w && sc.bmax) ? PAK_OK : PAK_ENOMEM;
     job->err_row = job->rc == PAK_OK ? -1 : job->row_begin;
     for (int64_t r = job->row_begin; r < job->row_end && job->rc == PAK_OK; ++r) {
         job->rc = job->row_fn(job->logits + r * job->vocab, job->vocab,
                               job->temperature ? job->temperature[r] : 1.0f, job->top_k ? job->top_k[r] : 0,
-                              job->top_p ? job->top_p[r] : 1.0f, job->min_p ? job->min_p[r] : 0.0f, &sc);
+                              job->top_p ? job->top_p[r] : 1.0f, job->min_p ? job->min_p[r] : 0.0f, job->t_last, &sc);
         if (job->rc != PAK_OK)
             job->err_row = r;
     }
@@ -118,9 +124,19 @@ int pak_sampling_mask_f32(float *logits, int64_t num_rows, int64_t vocab,
                           const float *temperature, const int32_t *top_k,
                           const float *top_p, const float *min_p, int num_threads, int64_t *err_row)
 {
+    return pak_sampling_mask_ex_f32(logits, num_rows, vocab, temperature, top_k, top_p, min_p, 0,
+                                    num_threads, err_row);
+}
+
+int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
+                             const float *temperature, const int32_t *top_k,
+                             const float *top_p, const float *min_p, int flags, int num_threads,
+                             int64_t *err_row)
+{
     if (err_row)
         *err_row = -1;
-    if (num_rows < 0 || vocab < 0 || vocab > INT32_MAX || (num_rows > 0 && vocab > 0 && !logits))
+    if (num_rows < 0 || vocab < 0 || vocab > INT32_MAX || (num_rows > 0 && vocab > 0 && !logits)
+        || (flags & ~PAK_MASK_TEMPERATURE_LAST))
         return PAK_EINVAL;
     const int64_t bad = first_bad_param_row(num_rows, temperature, top_p, min_p);
     if (bad >= 0) {
@@ -136,7 +152,8 @@ int pak_sampling_mask_f32(float *logits, int64_t num_rows, int64_t vocab,
     int started[PAK_MAX_THREADS] = {0};
     for (int i = 0; i < count; ++i) {
         jobs[i] = (pak_job){logits, vocab, num_rows * i / count, num_rows * (i + 1) / count,
-                            temperature, top_p, min_p, top_k, pick_row_fn(), PAK_OK, -1};
+                            temperature, top_p, min_p, top_k, (flags & PAK_MASK_TEMPERATURE_LAST) != 0,
+                            pick_row_fn(), PAK_OK, -1};
         if (i > 0)
             started[i] = pthread_create(&threads[i], NULL, run_job, &jobs[i]) == 0;
     }

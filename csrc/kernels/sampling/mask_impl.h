@@ -3,38 +3,53 @@
  * variants; floating-point work uses the fixed 16-lane vectors of vecmath.h and no contracted
  * multiply-adds, so every variant rounds identically and produces bit-identical results. */
 
-/* Scale a block in place (when `scale`), flag NaN / +inf in *bad, return its maximum. The maximum
- * is taken over order-preserving integer keys, an exact reduction the compiler may vectorize. */
-PAK_INLINE float PAK_V(scan_block)(float *restrict x, int64_t len, float t, int scale, int *bad)
+#include "sampling/vecops_impl.h"
+
+/* Scale sixteen values in place (when `scale`; `count` < 16 touches only the first `count`), flag
+ * NaN / +inf in *ok (lanes cleared), and return their order-preserving keys (padding: -inf). */
+PAK_INLINE pak_v16u PAK_V(scan16)(float *restrict x, int64_t count, float t, int scale, pak_v16i *ok)
 {
-    uint32_t key_max = 0;
-    int b = 0;
-    for (int64_t j = 0; j < len; ++j) {
-        float v = x[j];
-        if (scale) {
-            v = v / t;
-            x[j] = v;
-        }
-        const uint32_t k = pak_key(v);
-        key_max = k > key_max ? k : key_max;
-        b |= !(v < INFINITY);
+    pak_v16f v = pak_load16(x, count);
+    if (scale) {
+        v = v / t;
+        memcpy(x, &v, (size_t)(count < 16 ? count : 16) * sizeof(float));
     }
-    *bad |= b;
-    return pak_unkey(key_max);
+    *ok &= v < INFINITY;
+    return pak_key16(v);
 }
 
-/* Pass over the row: optional scaling, per-block maxima into bmax, the row maximum returned. */
+/* Pass over the row: optional scaling, per-block maxima into bmax, the row maximum returned.
+ * Blocks are lane-strided (select.h, pak_gather_at_least): a chunk of 16 * blk values is read as
+ * blk vectors of 16 and lane l's running maximum is the maximum of block 16 * chunk + l, so no
+ * horizontal reduction is needed per block. Maxima are taken over order-preserving integer keys
+ * (exact). */
 PAK_INLINE float PAK_V(scan_row)(float *restrict x, int64_t n, float t, int scale, int64_t blk,
                                  float *restrict bmax, int *bad)
 {
-    float m = -INFINITY;
-    for (int64_t start = 0, b = 0; start < n; start += blk, ++b) {
-        const int64_t len = n - start < blk ? n - start : blk;
-        const float bm = PAK_V(scan_block)(x + start, len, t, scale, bad);
-        bmax[b] = bm;
-        m = bm > m ? bm : m;
+    const pak_v16u zero = {0};
+    pak_v16i ok = (pak_v16i)zero - 1;
+    pak_v16u row_max = zero;
+    for (int64_t start = 0, b = 0; start < n; start += 16 * blk, b += 16) {
+        pak_v16u block_max = zero;
+        if (start + 16 * blk <= n) {
+            /* four independent running maxima over a full chunk (16 * blk is a multiple of 64),
+             * merged at the end, keep the loop from waiting on one dependency chain */
+            pak_v16u acc[4] = {zero, zero, zero, zero};
+            for (int64_t j = start; j < start + 16 * blk; j += 64)
+                for (int a = 0; a < 4; ++a)
+                    acc[a] = PAK_V(umax)(acc[a], PAK_V(scan16)(x + j + 16 * a, 16, t, scale, &ok));
+            block_max = PAK_V(umax)(PAK_V(umax)(acc[0], acc[1]), PAK_V(umax)(acc[2], acc[3]));
+        } else {
+            for (int64_t j = start; j < n; j += 16)
+                block_max = PAK_V(umax)(block_max, PAK_V(scan16)(x + j, n - j, t, scale, &ok));
+        }
+        row_max = PAK_V(umax)(row_max, block_max);
+        const pak_v16f values = pak_unkey16((const uint32_t *)&block_max, 16);
+        memcpy(bmax + b, &values, sizeof values);
     }
-    return m;
+    for (int l = 0; l < 16; ++l)
+        *bad |= !ok[l];
+    return pak_unkey(pak_hmax16u(row_max));
 }
 
 /* Accumulate one chunk of 16 values into the sums of mass_scan. */
@@ -93,11 +108,34 @@ static void PAK_V(weights)(const uint32_t *restrict keys, int64_t n, float m, do
     }
 }
 
-/* Overwrite every value below theta with -inf. */
-static void PAK_V(apply_threshold)(float *restrict x, int64_t n, float theta)
+/* Overwrite every value below theta with -inf; when `scale`, divide the kept ones by t. Returns
+ * nonzero if a scaled value is NaN or +inf. */
+static int PAK_V(apply_threshold)(float *restrict x, int64_t n, float theta, float t, int scale)
 {
-    for (int64_t j = 0; j < n; ++j)
-        x[j] = x[j] >= theta ? x[j] : -INFINITY;
+    if (!scale) {
+        for (int64_t j = 0; j < n; ++j)
+            x[j] = x[j] >= theta ? x[j] : -INFINITY;
+        return 0;
+    }
+    const pak_v16f neg_inf = PAK_NEG_INF16;
+    const pak_v16u zero = {0};
+    pak_v16i ok = (pak_v16i)zero - 1;
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t count = n - j < 16 ? n - j : 16;
+        pak_v16f v = pak_load16(x + j, count);
+        const pak_v16i keep = v >= theta;
+        if (PAK_V(any)(keep)) { /* the division is slow: skip vectors where nothing is kept */
+            v = pak_select16(keep, v / t, neg_inf);
+            ok &= v < INFINITY;
+        } else {
+            v = neg_inf;
+        }
+        memcpy(x + j, &v, (size_t)count * sizeof(float));
+    }
+    int bad = 0;
+    for (int l = 0; l < 16; ++l)
+        bad |= !ok[l];
+    return bad;
 }
 
 /* Threshold after top-k (0 < k < n) and, when use_p, top-p over the top-k survivors. The k-th
@@ -106,22 +144,26 @@ static void PAK_V(apply_threshold)(float *restrict x, int64_t n, float theta)
 static float PAK_V(top_k_threshold)(const float *restrict x, int64_t n, int32_t k, int use_p, float p,
                                     float m, int64_t blk, const pak_scratch *sc)
 {
-    const int64_t nb = (n + blk - 1) / blk;
+    const int64_t nb = pak_num_blocks(n, blk);
     float bound = -INFINITY;
     if (nb >= k) {
         for (int64_t b = 0; b < nb; ++b)
             sc->keys[b] = pak_key(sc->bmax[b]);
-        pak_sort_desc(sc->keys, sc->tmp, nb);
-        bound = pak_unkey(sc->keys[k - 1]);
+        bound = pak_unkey(pak_select_desc(sc->keys, nb, k));
     }
     const int64_t nc = pak_gather_at_least(x, n, blk, sc->bmax, bound, sc->keys);
-    pak_sort_desc(sc->keys, sc->tmp, nc);
-    const float theta_k = pak_unkey(sc->keys[k - 1]);
+    const uint32_t key_k = pak_select_desc(sc->keys, nc, k);
+    const float theta_k = pak_unkey(key_k);
     if (!use_p)
         return theta_k;
+    /* keys[0 .. k) hold the k largest; move the other values tied with the k-th next to them. */
     int64_t nk = k;
-    while (nk < nc && pak_unkey(sc->keys[nk]) == theta_k)
-        ++nk;
+    for (int64_t i = k; i < nc; ++i)
+        if (sc->keys[i] == key_k) {
+            sc->keys[i] = sc->keys[nk];
+            sc->keys[nk++] = key_k;
+        }
+    pak_sort_desc(sc->keys, sc->tmp, nk);
     PAK_V(weights)(sc->keys, nk, m, sc->w);
     return pak_top_p_level(sc->keys, sc->w, nk, (double)p * pak_seq_sum(sc->w, nk));
 }
@@ -157,16 +199,18 @@ static float PAK_V(top_p_threshold)(const float *restrict x, int64_t n, float p,
     return theta;
 }
 
-/* The whole mask for one row (semantics in pyagent/sampling.h). */
+/* The whole mask for one row (semantics in pyagent/sampling.h); `t_last` divides by the
+ * temperature after the masks instead of before. */
 static int PAK_V(mask_row)(float *restrict x, int64_t n, float t, int32_t k, float p, float min_p,
-                           const pak_scratch *sc)
+                           int t_last, const pak_scratch *sc)
 {
     const int use_k = k > 0 && k < n;
     const int use_p = p < 1.0f;
+    const int use_t = t > 0.0f && t != 1.0f;
     const int64_t blk = pak_block_size(n, use_k ? k : 0);
     int bad = 0;
-    const float m = (t > 0.0f && t != 1.0f) ? PAK_V(scan_row)(x, n, t, 1, blk, sc->bmax, &bad)
-                                             : PAK_V(scan_row)(x, n, t, 0, blk, sc->bmax, &bad);
+    const float m = (use_t && !t_last) ? PAK_V(scan_row)(x, n, t, 1, blk, sc->bmax, &bad)
+                                       : PAK_V(scan_row)(x, n, t, 0, blk, sc->bmax, &bad);
     if (bad)
         return PAK_EVALUE;
     if (m == -INFINITY)
@@ -180,7 +224,8 @@ static int PAK_V(mask_row)(float *restrict x, int64_t n, float t, int32_t k, flo
         const float tau = pak_min_p_threshold(m, log((double)min_p));
         theta = tau > theta ? tau : theta;
     }
-    if (theta > -INFINITY)
-        PAK_V(apply_threshold)(x, n, theta);
+    const int scale_last = use_t && t_last;
+    if (theta > -INFINITY || scale_last)
+        return PAK_V(apply_threshold)(x, n, theta, t, scale_last) ? PAK_EVALUE : PAK_OK;
     return PAK_OK;
 }

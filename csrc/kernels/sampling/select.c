@@ -53,15 +53,47 @@ void pak_sort_desc(uint32_t *keys, uint32_t *tmp, int64_t n)
         memcpy(keys, src, (size_t)n * sizeof *keys);
 }
 
+uint32_t pak_select_desc(uint32_t *keys, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n - 1;
+    const int64_t target = k - 1;
+    while (hi - lo > 16) {
+        /* median of three as pivot, then a three-way partition: > pivot | == pivot | < pivot */
+        const uint32_t a = keys[lo], b = keys[lo + (hi - lo) / 2], c = keys[hi];
+        const uint32_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        int64_t gt = lo, i = lo, lt = hi;
+        while (i <= lt) {
+            const uint32_t v = keys[i];
+            if (v > pivot) {
+                keys[i++] = keys[gt];
+                keys[gt++] = v;
+            } else if (v < pivot) {
+                keys[i] = keys[lt];
+                keys[lt--] = v;
+            } else {
+                ++i;
+            }
+        }
+        if (target < gt)
+            hi = gt - 1;
+        else if (target > lt)
+            lo = lt + 1;
+        else
+            return pivot;
+    }
+    insertion_sort_desc(keys + lo, hi - lo + 1);
+    return keys[target];
+}
+
 int64_t pak_gather_at_least(const float *x, int64_t n, int64_t blk, const float *bmax, float g,
                             uint32_t *keys)
 {
     int64_t count = 0;
-    for (int64_t start = 0, b = 0; start < n; start += blk, ++b) {
+    const int64_t nb = pak_num_blocks(n, blk);
+    for (int64_t b = 0; b < nb; ++b) {
         if (!(bmax[b] >= g))
             continue;
-        const int64_t end = start + blk < n ? start + blk : n;
-        for (int64_t j = start; j < end; ++j) {
+        for (int64_t j = 16 * blk * (b / 16) + b % 16, v = 0; v < blk && j < n; ++v, j += 16) {
             keys[count] = pak_key(x[j]);
             count += x[j] >= g;
         }

@@ -30,8 +30,20 @@ PAK_INLINE float pak_unkey(uint32_t k)
 /* Sort keys in descending order (LSD radix sort; tmp holds n entries). */
 void pak_sort_desc(uint32_t *keys, uint32_t *tmp, int64_t n);
 
-/* Write the keys of every x[j] >= g to keys (capacity n), skipping blocks of `blk` values whose
- * maximum (bmax) is below g; return how many were written. */
+/* Rearrange keys[0 .. n) so that keys[0 .. k) hold the k largest (in no particular order) and
+ * return the k-th largest (1 <= k <= n); quickselect, O(n) on average. */
+uint32_t pak_select_desc(uint32_t *keys, int64_t n, int64_t k);
+
+/* Number of lane-strided blocks of `blk` values over n values: 16 per chunk of 16 * blk values
+ * (the last chunk may be partial; its empty blocks have maximum -inf). Block b holds the values
+ * x[16 * blk * (b / 16) + b % 16 + 16 * v], v = 0 .. blk - 1, that lie below n. */
+PAK_INLINE int64_t pak_num_blocks(int64_t n, int64_t blk)
+{
+    return 16 * ((n + 16 * blk - 1) / (16 * blk));
+}
+
+/* Write the keys of every x[j] >= g to keys (capacity n), skipping blocks whose maximum (bmax) is
+ * below g; return how many were written. */
 int64_t pak_gather_at_least(const float *x, int64_t n, int64_t blk, const float *bmax, float g,
                             uint32_t *keys);
 

@@ -79,6 +79,34 @@ PAK_INLINE pak_v16f pak_unkey16(const uint32_t *keys, int64_t count)
     return (pak_v16f)((negative & ~k) | (~negative & (k & 0x7FFFFFFFu)));
 }
 
+/* Order-preserving keys of sixteen floats (pak_key of select.h, lane by lane). */
+PAK_INLINE pak_v16u pak_key16(pak_v16f v)
+{
+    const pak_v16i u = (pak_v16i)v;
+    return (pak_v16u)(u ^ ((u >> 31) | INT32_MIN));
+}
+
+/* Lane-wise unsigned maximum. */
+PAK_INLINE pak_v16u pak_max16u(pak_v16u a, pak_v16u b)
+{
+    const pak_v16u greater = (pak_v16u)(a > b);
+    return (greater & a) | (~greater & b);
+}
+
+/* The largest of sixteen unsigned lanes. */
+PAK_INLINE uint32_t pak_hmax16u(pak_v16u v)
+{
+    const pak_v16u half = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+    const pak_v16u quarter = {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11};
+    const pak_v16u eighth = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+    const pak_v16u sixteenth = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+    v = pak_max16u(v, __builtin_shuffle(v, half));
+    v = pak_max16u(v, __builtin_shuffle(v, quarter));
+    v = pak_max16u(v, __builtin_shuffle(v, eighth));
+    v = pak_max16u(v, __builtin_shuffle(v, sixteenth));
+    return v[0];
+}
+
 /* Lanes 0-7 and 8-15 of a float vector, widened to double. */
 PAK_INLINE pak_v8d pak_low8d(pak_v16f v)
 {

@@ -114,6 +114,7 @@ def sampling_mask_torch(
     top_k: torch.Tensor | None,
     top_p: torch.Tensor | None,
     min_p: torch.Tensor | None,
+    temperature_last: bool = False,
 ) -> None:
     """The fused temperature / top-k / top-p / min-p mask, in place (arguments already validated;
     semantics in pyagent_kernels.sampling.apply_sampling_mask)."""
@@ -122,12 +123,9 @@ def sampling_mask_torch(
         raise param_error(bad_row, temperature, top_p, min_p)
     if logits.numel() == 0:
         return
-    if temperature is not None:
-        scaled = (temperature > 0) & (temperature != 1)
-        logits.div_(torch.where(scaled, temperature, 1.0).unsqueeze(1))
-    bad = ~(logits < math.inf).all(dim=1)
-    if bool(bad.any()):
-        raise nonfinite_logits_error(int(bad.nonzero()[0, 0]))
+    if temperature is not None and not temperature_last:
+        _scale(logits, temperature)
+    _check_finite(logits)
     m = logits.amax(dim=1)
     keep = logits >= _thresholds(logits, m, top_k, top_p).unsqueeze(1)
     if min_p is not None:
@@ -136,3 +134,19 @@ def sampling_mask_torch(
         log_min_p = torch.tensor(logs, dtype=torch.float64)
         keep &= (logits.double() - m.double().unsqueeze(1)) >= log_min_p.unsqueeze(1)
     logits.masked_fill_(~keep, _NEG_INF)
+    if temperature is not None and temperature_last:
+        _scale(logits, temperature)
+        _check_finite(logits)
+
+
+def _scale(logits: torch.Tensor, temperature: torch.Tensor) -> None:
+    """Divide the rows with a temperature ``t > 0, t != 1`` by it, in place."""
+    scaled = (temperature > 0) & (temperature != 1)
+    logits.div_(torch.where(scaled, temperature, 1.0).unsqueeze(1))
+
+
+def _check_finite(logits: torch.Tensor) -> None:
+    """Raise for the first row holding NaN or +inf."""
+    bad = ~(logits < math.inf).all(dim=1)
+    if bool(bad.any()):
+        raise nonfinite_logits_error(int(bad.nonzero()[0, 0]))

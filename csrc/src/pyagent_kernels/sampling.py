@@ -26,6 +26,7 @@ def apply_sampling_mask(
     top_k: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
+    temperature_last: bool = False,
     backend: Backend = "auto",
     threads: int = 1,
 ) -> None:
@@ -45,6 +46,9 @@ def apply_sampling_mask(
     4. ``min_p`` (float32, in [0, 1]): keep tokens with ``prob >= min_p * max_prob``, evaluated as
        ``logit - max_logit >= log(min_p)`` in double precision; ``0`` disables it, ``1`` keeps the
        tokens tied with the maximum.
+
+    With ``temperature_last=True`` step 1 moves to the end: top-p and min-p see the unscaled
+    logits and the kept ones are divided by ``t`` last (a chain "top_k, top_p, min_p, temperature").
 
     These match the transformers TopK / TopP / MinP warpers in that order, except that ties at a
     cut-off are always kept whole. Top-p probabilities are ``exp(logit - max)`` computed in float32
@@ -81,7 +85,7 @@ def apply_sampling_mask(
     if not isinstance(threads, int) or threads < 1:
         raise KernelArgumentError(f"threads={threads!r} must be a positive int (1: the calling thread only)")
     if _extension.resolve(backend, "apply_sampling_mask") == "torch":
-        sampling_mask_torch(logits, temperature, top_k, top_p, min_p)
+        sampling_mask_torch(logits, temperature, top_k, top_p, min_p, temperature_last)
         return
     ffi, lib = _extension.require()
 
@@ -90,7 +94,7 @@ def apply_sampling_mask(
         return ffi.NULL if tensor is None else ffi.cast(kind, tensor.data_ptr())
 
     err_row = ffi.new("int64_t *")
-    rc = lib.pak_sampling_mask_f32(
+    rc = lib.pak_sampling_mask_ex_f32(
         pointer("float *", logits),
         rows,
         vocab,
@@ -98,6 +102,7 @@ def apply_sampling_mask(
         pointer("int32_t *", top_k),
         pointer("float *", top_p),
         pointer("float *", min_p),
+        lib.PAK_MASK_TEMPERATURE_LAST if temperature_last else 0,
         threads,
         err_row,
     )
