@@ -467,3 +467,28 @@ def _condense(layout: list[ScenarioRequest | None]) -> list[MovedRequest]:
         moved.append(MovedRequest(len(layout) - 1, hole, MoveKind.MOVE))
         layout[hole] = layout.pop()
     return moved
+
+
+def registered_sampler_specs(register_hook: Callable[..., None]) -> dict[str, SamplerSpec]:
+    """The specs a plugin's ``pyagent_register_samplers`` hook registers, by name."""
+    specs: list[SamplerSpec] = []
+    register_hook(register=specs.append)
+    return {spec.name: spec for spec in specs}
+
+
+def run_processor(
+    impl: type[LogitsProcessor], logits: torch.Tensor, params: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any] | None = None, contexts: Sequence[Sequence[int]] | None = None,
+) -> torch.Tensor:
+    """A fresh processor applied once to a copy of ``logits``, with one request per row.
+
+    Row ``i`` holds a request with ``params[i]`` whose prompt is ``contexts[i]`` (empty when not
+    given); ``options`` are the engine-level options (none: the processor's own defaults).
+    """
+    processor = impl(dict(options or {}), logits.shape[1])
+    added = tuple(
+        AddedRequest(index=i, params=dict(p), prompt_token_ids=tuple(contexts[i]) if contexts else ())
+        for i, p in enumerate(params)
+    )
+    processor.update_state(BatchUpdate(batch_size=len(params), added=added))
+    return processor.apply(logits.clone())

@@ -38,11 +38,11 @@ def test_entry_point_names_the_plugin_module() -> None:
     assert ("samplers-reference", "pyagent_samplers_reference.plugin") in declared
 
 
-def test_registers_the_five_samplers() -> None:
+def test_registers_the_six_samplers() -> None:
     specs = registered()
-    assert sorted(specs) == ["greedy", "multinomial", "temperature", "top_k", "top_p"]
+    assert sorted(specs) == ["greedy", "min_p", "multinomial", "temperature", "top_k", "top_p"]
     assert {n for n, s in specs.items() if s.selects_token} == {"greedy", "multinomial"}
-    assert {n for n, s in specs.items() if s.argmax_invariant} == {"temperature", "top_k", "top_p"}
+    assert {n for n, s in specs.items() if s.argmax_invariant} == {"temperature", "top_k", "top_p", "min_p"}
     for spec in specs.values():
         assert spec.requires == ("torch",) and spec.summary and spec.install_hint
 
@@ -68,13 +68,13 @@ def test_option_defaults_and_ranges() -> None:
     specs = registered()
     defaults = {name: validate_options(spec.options, {}, name) for name, spec in specs.items()}
     assert defaults == {
-        "temperature": {"temperature": 1.0}, "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0},
+        "temperature": {"temperature": 1.0}, "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0},
         "greedy": {}, "multinomial": {"seed": None},
     }
     assert validate_options(specs["top_k"].options, {"top_k": "40"}, "top_k") == {"top_k": 40}
     out_of_range: list[tuple[str, dict[str, float]]] = [
         ("top_p", {"top_p": 1.5}), ("top_k", {"top_k": -1}), ("temperature", {"temperature": -1}),
-        ("multinomial", {"seed": 2**64}),
+        ("multinomial", {"seed": 2**64}), ("min_p", {"min_p": -0.1}),
     ]
     for name, bad in out_of_range:
         with pytest.raises(OptionError):

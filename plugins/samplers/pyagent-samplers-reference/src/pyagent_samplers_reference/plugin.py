@@ -16,7 +16,7 @@ SELECTOR_PRIORITY = 1
 
 @hookimpl
 def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
-    """Register temperature, top_k and top_p (processors) and greedy and multinomial (selectors)."""
+    """Register temperature, top_k, top_p and min_p (processors) and greedy and multinomial (selectors)."""
     register(SamplerSpec(
         name="temperature",
         impl=f"{PACKAGE}.temperature:TemperatureProcessor",
@@ -62,6 +62,23 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         options={"top_p": OptionSpec(
             type=float, default=1.0, min=0.0, max=1.0,
             help="p of requests that set none (1 turns top-p off)",
+        )},
+        priority=PRIORITY,
+        requires=("torch",),
+        argmax_invariant=True,
+        install_hint=INSTALL_HINT,
+    ))
+    register(SamplerSpec(
+        name="min_p",
+        impl=f"{PACKAGE}.min_p:MinPProcessor",
+        summary="Keeps each row's tokens with probability >= min_p times the top probability.",
+        description=(
+            "Per-request parameter 'min_p' (a number in [0, 1]), else the option; 0 turns it off. "
+            "The test is logit - max >= log(min_p) in double precision (transformers' MinPLogitsWarper "
+            "up to float rounding, with min_tokens_to_keep=1)."
+        ),
+        options={"min_p": OptionSpec(
+            type=float, default=0.0, min=0.0, max=1.0, help="min_p of requests that set none (0 turns it off)",
         )},
         priority=PRIORITY,
         requires=("torch",),

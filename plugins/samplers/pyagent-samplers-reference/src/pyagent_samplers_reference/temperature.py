@@ -25,6 +25,8 @@ class TemperatureProcessor(RowParamProcessor):
         allowed="a finite number >= 0 (0 and 1 leave the logits unchanged)",
     )
     neutral: ClassVar[Any] = 1.0
+    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    mask_step: ClassVar[str] = "temperature"
 
     def is_argmax_invariant(self) -> bool:
         """True: dividing by a positive temperature keeps the order of the logits."""

@@ -21,6 +21,8 @@ class TopKProcessor(RowParamProcessor):
         name="top_k", integer=True, min=0, allowed="an integer >= 0 (0 turns top-k off)"
     )
     neutral: ClassVar[Any] = 0
+    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    mask_step: ClassVar[str] = "top_k"
 
     def is_argmax_invariant(self) -> bool:
         """True: the largest logit is never below the k-th largest."""

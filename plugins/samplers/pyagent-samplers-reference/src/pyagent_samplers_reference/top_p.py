@@ -28,6 +28,8 @@ class TopPProcessor(RowParamProcessor):
         allowed="a number in [0, 1] (1 turns top-p off, 0 keeps only the most likely token)",
     )
     neutral: ClassVar[Any] = 1.0
+    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    mask_step: ClassVar[str] = "top_p"
 
     def is_argmax_invariant(self) -> bool:
         """True: the most probable token is always kept."""

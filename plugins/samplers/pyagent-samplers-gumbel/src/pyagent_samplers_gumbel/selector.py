@@ -1,0 +1,81 @@
+"""The ``gumbel`` selector: Gumbel-max over counter-based noise, one stream per request."""
+
+from __future__ import annotations
+
+import numbers
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import torch
+from pyagent_kernels.gumbel import gumbel_sample, to_signed64
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, TokenSelector
+
+OWNER = "gumbel sampler"
+MAX_SEED = 2**64 - 1
+
+
+def _check_seed(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                              or not 0 <= value <= MAX_SEED):
+        raise ValueError(f"{where}: seed={value!r} is invalid; seed must be an integer in [0, 2**64 - 1] or None")
+
+
+@attrs.define
+class GumbelRow:
+    """A request's seed and how many tokens it has drawn (the step of its next draw; while the batch
+    is unchanged the selector counts steps in a tensor and writes them back on the next change)."""
+
+    params: Mapping[str, Any]
+    seed: int
+    step: int = 0
+
+
+class GumbelSelector(TokenSelector):
+    """Chooses ``argmax_j logits[j] + g(seed, step, j)`` per row (see ``pyagent_kernels.gumbel``).
+
+    A seeded request's draws depend only on its seed, its step count and its logits. Requests
+    without a seed get one from the engine-level generator (seeded from the ``seed`` option) when
+    they join the batch.
+    """
+
+    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
+        super().__init__(options, vocab_size)
+        _check_seed(self.options.get("seed"), f"option of the {OWNER}")
+        self.backend = str(self.options.get("backend") or "auto")
+        seed = self.options.get("seed")
+        self._engine = random.Random(seed) if seed is not None else random.Random()
+        self._seeds: torch.Tensor | None = None
+        self._steps: torch.Tensor | None = None  # the rows' steps while the batch is unchanged
+
+    def row_state(self, request: AddedRequest) -> GumbelRow:
+        """Validate the request's ``seed``; unseeded requests draw one from the engine's generator."""
+        seed = request.params.get("seed")
+        _check_seed(seed, f"request at row {request.index}")
+        return GumbelRow(params=request.params, seed=self._engine.getrandbits(64) if seed is None else int(seed))
+
+    def update_state(self, update: BatchUpdate | None) -> None:
+        """Apply the batch changes; the per-row seed and step tensors are rebuilt when anything changed."""
+        if update is not None and self._steps is not None:
+            for row, step in enumerate(self._steps.tolist()):  # steps advanced since the last rebuild
+                self.rows[row].step = step
+            self._seeds = self._steps = None
+        super().update_state(update)
+
+    def select(self, logits: torch.Tensor) -> torch.Tensor:
+        """One ``int64`` token id per row; each row's step advances by one."""
+        rows = len(self.rows)
+        if logits.ndim != 2 or logits.shape[0] != rows or logits.shape[1] != self.vocab_size:
+            raise ValueError(
+                f"{OWNER}: logits have shape {tuple(logits.shape)} but the batch holds {rows} requests "
+                f"over vocab_size={self.vocab_size}; pass every BatchUpdate to update_state first"
+            )
+        if self._seeds is None or self._steps is None:
+            self._seeds = torch.tensor([to_signed64(self.rows[r].seed) for r in range(rows)], dtype=torch.int64)
+            self._steps = torch.tensor([self.rows[r].step for r in range(rows)], dtype=torch.int64)
+        work = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
+        tokens = gumbel_sample(work.cpu(), self._seeds, self._steps, backend=self.backend)  # type: ignore[arg-type]
+        self._steps += 1
+        return tokens.to(logits.device)

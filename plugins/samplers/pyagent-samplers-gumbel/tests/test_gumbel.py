@@ -1,0 +1,52 @@
+"""The gumbel selector: the conformance kit, seeded reproducibility across batches, C = torch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pyagent_samplers_gumbel import plugin
+from pyagent_samplers_gumbel.selector import GumbelSelector
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.testing.sampler import SamplerConformance
+from pyagent_core.types import SamplerSpec
+
+SPECS: list[SamplerSpec] = []
+plugin.pyagent_register_samplers(register=SPECS.append)
+
+
+class TestGumbelConformance(SamplerConformance):
+    impl = GumbelSelector
+    spec = SPECS[0]
+    request_params = ({"seed": 1}, {"seed": 2**64 - 1}, {"seed": 0})
+    invalid_request_params = ({"seed": -1}, {"seed": 2**64}, {"seed": 1.5}, {"seed": True})
+
+
+def draw(backend: str, seeds: list[int | None], steps: int, logits: torch.Tensor,
+         option_seed: int = 3) -> list[list[int]]:
+    selector = GumbelSelector({"backend": backend, "seed": option_seed}, logits.shape[1])
+    added = tuple(AddedRequest(r, {"seed": s}) for r, s in enumerate(seeds))
+    selector.update_state(BatchUpdate(len(seeds), added=added))
+    return [selector.select(logits).tolist() for _ in range(steps)]
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_seeded_request_is_independent_of_its_batch(backend: str) -> None:
+    logits = torch.randn(3, 200, generator=torch.Generator().manual_seed(0))
+    together = draw(backend, [11, 22, 33], 5, logits)
+    alone = draw(backend, [22], 5, logits[1:2].contiguous())
+    assert [step[1] for step in together] == [step[0] for step in alone]
+
+
+def test_c_and_torch_choose_the_same_tokens() -> None:
+    logits = torch.randn(4, 500, generator=torch.Generator().manual_seed(1)) * 2
+    logits[0, 10:] = -math.inf
+    assert draw("c", [1, None, 3, 2**63], 6, logits) == draw("torch", [1, None, 3, 2**63], 6, logits)
+
+
+def test_masked_row_raises() -> None:
+    logits = torch.full((1, 10), -math.inf)
+    with pytest.raises(ValueError, match="only -inf"):
+        draw("auto", [1], 1, logits)

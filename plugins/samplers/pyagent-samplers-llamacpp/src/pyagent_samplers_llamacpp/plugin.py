@@ -1,0 +1,71 @@
+"""Registers the llama.cpp samplers. Imported while listing plugins: no torch, no implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+
+PACKAGE = "pyagent_samplers_llamacpp"
+INSTALL_HINT = "pip install pyagent-samplers-llamacpp"
+
+
+@hookimpl
+def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
+    """Register dry, xtc and mirostat (all logits processors)."""
+    spec = partial(SamplerSpec, priority=0, requires=("torch",), install_hint=INSTALL_HINT)
+    register(spec(
+        name="dry",
+        impl=f"{PACKAGE}.dry:DryProcessor",
+        summary="DRY: penalises tokens that would extend a sequence repeated from the context.",
+        description=(
+            "llama.cpp's DRY sampler over the request's prompt and output. Per-request parameters "
+            "(else the options): dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n and "
+            "dry_sequence_breakers (a list of token id sequences). A token extending a repeat of n >= "
+            "allowed_length tokens loses multiplier * base ** (n - allowed_length)."
+        ),
+        options={
+            "dry_multiplier": OptionSpec(type=float, default=0.0, min=0.0, help="penalty scale (0: off)"),
+            "dry_base": OptionSpec(type=float, default=1.75, min=1.0, help="growth of the penalty per token"),
+            "dry_allowed_length": OptionSpec(type=int, default=2, min=1,
+                                             help="repeats up to this long are not penalised"),
+            "dry_penalty_last_n": OptionSpec(type=int, default=-1, min=-1,
+                                             help="tokens of context scanned (-1: all, 0: off)"),
+        },
+        argmax_invariant=False,
+    ))
+    register(spec(
+        name="xtc",
+        impl=f"{PACKAGE}.xtc:XtcProcessor",
+        summary="XTC: with some probability, removes every likely token but the least likely of them.",
+        description=(
+            "llama.cpp's XTC sampler. Per-request parameters xtc_probability (in [0, 1], 0: off) and "
+            "xtc_threshold (in [0, 1]); a request's 'seed' seeds its own coin flips."
+        ),
+        options={
+            "xtc_probability": OptionSpec(type=float, default=0.0, min=0.0, max=1.0,
+                                          help="chance of removing the top choices at each step (0: off)"),
+            "xtc_threshold": OptionSpec(type=float, default=0.1, min=0.0, max=1.0,
+                                        help="probability from which a token counts as a top choice"),
+            "seed": OptionSpec(type=int, default=None, min=0, max=2**64 - 1,
+                               help="seed of the coin flips of requests without a seed (unset: entropy)"),
+        },
+        argmax_invariant=False,
+    ))
+    register(spec(
+        name="mirostat",
+        impl=f"{PACKAGE}.mirostat:MirostatProcessor",
+        summary="Mirostat v1/v2: truncates so that the surprise of sampled tokens tracks tau.",
+        description=(
+            "llama.cpp's mirostat. Per-request parameters mirostat (0: off, 1 or 2), mirostat_tau "
+            "(target surprise in bits) and mirostat_eta (learning rate); each request keeps its running "
+            "mu. Put it last among the processors."
+        ),
+        options={
+            "mirostat": OptionSpec(type=int, default=0, choices=(0, 1, 2), help="version (0: off)"),
+            "mirostat_tau": OptionSpec(type=float, default=5.0, min=0.0, help="target surprise, in bits"),
+            "mirostat_eta": OptionSpec(type=float, default=0.1, min=0.0, help="learning rate of mu"),
+        },
+        argmax_invariant=True,
+    ))

@@ -1,0 +1,178 @@
+"""DRY, XTC and mirostat against llama.cpp's published test cases, brute-force oracles of their
+definitions, and hypothesis properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyagent_samplers_llamacpp.dry import DryProcessor
+from pyagent_samplers_llamacpp.mirostat import MirostatProcessor
+from pyagent_samplers_llamacpp.xtc import XtcProcessor
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.testing.sampler import run_processor
+
+
+def probs(logits: torch.Tensor) -> list[float]:
+    return [round(p, 6) for p in logits.softmax(-1).tolist()]
+
+
+def dry(uniform: int, context: list[int], **params) -> list[float]:
+    logits = torch.full((1, uniform), 1.0 / uniform).log()
+    return probs(run_processor(DryProcessor, logits, [params], contexts=[context])[0])
+
+
+def test_dry_published_cases():
+    """The expectations of llama.cpp's tests/test-sampling.cpp (multiplier, base, allowed, last_n, breakers)."""
+    assert dry(4, [0, 1], dry_multiplier=1.0, dry_base=1.1, dry_allowed_length=2, dry_penalty_last_n=4) == [0.25] * 4
+    assert dry(4, [0, 1, 2, 0, 1], dry_multiplier=1.0, dry_base=1.1, dry_allowed_length=2,
+               dry_penalty_last_n=5) == [0.296923, 0.296923, 0.109232, 0.296923]
+    assert dry(5, [0, 1, 3, 4, 0, 1], dry_multiplier=1.0, dry_base=1.1, dry_allowed_length=2,
+               dry_penalty_last_n=6, dry_sequence_breakers=[[3]]) == [0.2] * 5
+    assert dry(5, [0, 1, 2, 0, 1], dry_multiplier=2.0, dry_base=1.1, dry_allowed_length=2,
+               dry_penalty_last_n=5) == [0.241818, 0.241818, 0.032727, 0.241818, 0.241818]
+    assert dry(5, [0, 1, 2, 3, 4, 0, 1], dry_multiplier=1.0, dry_base=1.1, dry_allowed_length=4,
+               dry_penalty_last_n=7) == [0.2] * 5
+
+
+def dry_oracle(context, vocab, multiplier, base, allowed, breakers):
+    """Brute force: for each token, the longest repeat it would extend, searched at every position."""
+    # the latest complete breaker limits how far back a repeat may reach
+    n = len(context)
+    limit = n
+    for i in range(n):
+        head = context[n - 1 - i]
+        tails = [b[1:] for b in breakers if b[0] == head and len(b) - 1 <= i
+                 and list(b[1:]) == context[n - i:n - i + len(b) - 1]]
+        if tails:
+            limit = i - max(len(t) for t in tails)
+            break
+    penalty = [0.0] * vocab
+    if n <= allowed or limit < allowed:
+        return penalty
+    single = {b[0] for b in breakers if len(b) == 1}
+    for token in range(vocab):
+        best = 0
+        for end in range(n - 1):  # an earlier occurrence context[.. end] followed by `token`
+            if context[end + 1] != token:
+                continue
+            length = 0
+            while length <= end and context[end - length] == context[n - 1 - length]:
+                length += 1
+            best = max(best, min(length, limit))
+        if best >= allowed and token not in single:
+            penalty[token] = multiplier * base ** (best - allowed)
+    return penalty
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=0, max_size=30), st.integers(1, 3), st.floats(1.0, 3.0),
+       st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=2), max_size=2))
+def test_dry_matches_the_brute_force_definition(context, allowed, base, breakers):
+    logits = torch.zeros(1, 5, dtype=torch.float64)
+    params = {"dry_multiplier": 0.7, "dry_base": base, "dry_allowed_length": allowed,
+              "dry_sequence_breakers": breakers}
+    out = run_processor(DryProcessor, logits, [params], contexts=[context])[0]
+    expected = dry_oracle(context, 5, 0.7, base, allowed, breakers)
+    np.testing.assert_allclose(-out.numpy(), expected, rtol=1e-6)
+
+
+def test_dry_window_and_long_repeats():
+    """Only the last dry_penalty_last_n tokens count; the exponent is clamped so penalties stay finite."""
+    context = [1, 2, 3, 1, 2]
+    assert dry(5, context, dry_multiplier=1.0, dry_penalty_last_n=4) == [0.2] * 5
+    assert dry(5, context, dry_multiplier=1.0, dry_penalty_last_n=5)[3] < 0.2
+    out = run_processor(DryProcessor, torch.zeros(1, 3), [{"dry_multiplier": 1.0, "dry_base": 3.0}],
+                        contexts=[[1, 2] * 200])
+    assert bool(torch.isfinite(out).all()) and float(out[0, 1]) < -1e30
+
+
+def xtc(probabilities, threshold):
+    logits = torch.tensor([probabilities]).log()
+    params = [{"xtc_probability": 1.0, "xtc_threshold": threshold, "seed": 0}]
+    return torch.isfinite(run_processor(XtcProcessor, logits, params))[0].tolist()
+
+
+def test_xtc_published_cases():
+    """llama.cpp's XTC cases: the tokens above the threshold go, except the least probable of them."""
+    p = [0.4, 0.3, 0.2, 0.1]
+    assert xtc(p, 0.09) == [False, False, False, True]
+    assert xtc(p, 0.19) == [False, False, True, True]
+    assert xtc(p, 0.29) == [False, True, True, True]
+    assert xtc(p, 0.39) == [True] * 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-8, 8, width=32), min_size=2, max_size=30), st.floats(0.0, 0.5))
+def test_xtc_removes_exactly_the_top_choices_but_the_least(row, threshold):
+    logits = torch.tensor([row])
+    p = logits.softmax(-1)[0]
+    kept = torch.isfinite(run_processor(XtcProcessor, logits, [
+        {"xtc_probability": 1.0, "xtc_threshold": threshold, "seed": 7}]))[0]
+    above = (p >= threshold) & torch.isfinite(logits[0])
+    if int(above.sum()) < 2:
+        assert bool(kept.all())
+    else:
+        least = p[above].min()
+        assert torch.equal(kept, ~above | (p == least))
+
+
+def test_xtc_coin_follows_the_probability_and_the_seed():
+    """With probability 0.3 about 30% of steps remove tokens; a seeded request repeats its coin flips."""
+    logits = torch.tensor([[2.0, 1.0, 0.0]])
+
+    def flips(seed):
+        processor = XtcProcessor({}, 3)
+        params = {"xtc_probability": 0.3, "xtc_threshold": 0.1, "seed": seed}
+        processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params),)))
+        return [not bool(torch.isfinite(processor.apply(logits.clone())).all()) for _ in range(2000)]
+
+    first = flips(11)
+    assert first == flips(11) and first != flips(12)
+    assert abs(sum(first) / len(first) - 0.3) < 0.04
+
+
+def mirostat_run(mode, rows, chosen, tau=3.0, eta=0.5):
+    """Apply mirostat step by step to ``rows``, appending ``chosen[i]`` after step i; return the outputs."""
+    processor = MirostatProcessor({}, rows[0].shape[0])
+    outputs: list[int] = []
+    params = {"mirostat": mode, "mirostat_tau": tau, "mirostat_eta": eta}
+    processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params, output_token_ids=outputs),)))
+    results = []
+    for row, token in zip(rows, chosen, strict=True):
+        results.append(processor.apply(row.unsqueeze(0).clone())[0])
+        outputs.append(token)
+    return results
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(-6, 6, width=32), min_size=8, max_size=8), min_size=1, max_size=6),
+       st.floats(0.5, 4), st.floats(0.05, 1))
+def test_mirostat_v2_keeps_surprise_below_mu_and_updates_mu(steps, tau, eta):
+    rows = [torch.tensor(r) for r in steps]
+    chosen = [int(r.argmax()) for r in rows]
+    results = mirostat_run(2, rows, chosen, tau, eta)
+    mu = 2 * tau
+    for row, token, out in zip(rows, chosen, results, strict=True):
+        p = row.softmax(-1)
+        expected = -torch.log2(p) <= mu
+        if not bool(expected.any()):  # the most probable token stays (the lowest id among ties)
+            expected = torch.arange(8) == int(p.argmax())
+        assert torch.equal(torch.isfinite(out), expected)
+        mu -= eta * (-math.log2(float(out.softmax(-1)[token])) - tau)
+
+
+def test_mirostat_v1_top_k_follows_the_zipf_estimate():
+    """On a Zipf-distributed row (s = 1.2), k = (e * 2**mu / (1 - V**-e)) ** (1 / s) with e = s - 1."""
+    vocab, s, tau = 1000, 1.2, 5.0
+    ranks = np.arange(1, vocab + 1)
+    row = torch.tensor(-s * np.log(ranks), dtype=torch.float32)
+    out = mirostat_run(1, [row], [0], tau=tau)[0]
+    e = s - 1
+    k = (e * 2 ** (2 * tau) / (1 - vocab ** -e)) ** (1 / s)
+    assert int(torch.isfinite(out).sum()) == int(k)
+    assert bool(torch.isfinite(out[: int(k)]).all())

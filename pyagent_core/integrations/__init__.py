@@ -1,0 +1,1 @@
+"""Adapters that take pyagent components into other libraries (e.g. Hugging Face transformers)."""
