@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -29,10 +29,13 @@ _WORD = 32
 
 
 def _canonical_json(value: str | Mapping[str, Any] | None) -> str | None:
-    """Store JSON documents as canonical text so constraints stay hashable (usable as cache keys)."""
+    """Store JSON documents as compact text so constraints stay hashable (usable as cache keys).
+
+    Key order is kept: backends that emit properties in schema order (xgrammar, llguidance) read it.
+    """
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _to_choices(value: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -48,7 +51,7 @@ class ConstraintSpec:
     """What a request's output must match: exactly one of the constraint fields, plus options.
 
     Attributes:
-        json_schema: a JSON Schema, as text or a mapping (stored as canonical JSON text).
+        json_schema: a JSON Schema, as text or a mapping (stored as compact JSON text, key order kept).
         json_object: any JSON object.
         regex: a regular expression the whole output must match.
         choice: the output is exactly one of these strings.
@@ -115,12 +118,16 @@ class TokenizerInfo:
         special_token_ids: other special tokens (BOS, padding...), never allowed by a grammar.
         vocab_size: the model's logits width, at least ``len(vocab)`` (models pad their vocab);
             ids past ``len(vocab)`` are never allowed. Defaults to ``len(vocab)``.
+        encode: the model tokenizer's ids for a text (no special tokens added), or ``None``.
+            Backends that restrict forced text to its tokenisation (llguidance) use it to allow the
+            model's own tokens; without it they tokenise by longest match. Not part of equality.
     """
 
     vocab: tuple[bytes, ...] = attrs.field(converter=_to_token_bytes)
     eos_token_ids: tuple[int, ...] = attrs.field(converter=_ints)
     special_token_ids: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     vocab_size: int = attrs.field()
+    encode: Callable[[str], list[int]] | None = attrs.field(default=None, eq=False)
 
     @vocab_size.default
     def _vocab_size(self) -> int:

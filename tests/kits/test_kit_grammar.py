@@ -127,10 +127,11 @@ def test_constraint_needs_exactly_one_kind(fields: dict[str, object]) -> None:
         ConstraintSpec(**fields)  # type: ignore[arg-type]
 
 
-def test_constraint_json_is_canonical_and_hashable() -> None:
+def test_constraint_json_is_compact_keeps_key_order_and_hashable() -> None:
     a = ConstraintSpec(json_schema={"b": 1, "a": [1, 2]})
-    b = ConstraintSpec(json_schema='{"a":[1,2],"b":1}')
+    b = ConstraintSpec(json_schema='{"b":1,"a":[1,2]}')
     assert a == b and hash(a) == hash(b) and a.kind == "json_schema"
+    assert a != ConstraintSpec(json_schema={"a": [1, 2], "b": 1}), "property order is part of the constraint"
 
 
 def test_bitmask_helpers_round_trip() -> None:

@@ -1,0 +1,12 @@
+"""Outputs of the guidance backend checked against independent references (re, membership, lark)."""
+
+from __future__ import annotations
+
+from pyagent_grammar_guidance.backend import GuidanceBackend
+
+from pyagent_core.testing.grammar_reference import REGEX_AND_CHOICE_CASES, GrammarReferenceConformance, arithmetic_case
+
+
+class TestGuidanceBackendReference(GrammarReferenceConformance):
+    impl = GuidanceBackend
+    cases = (*REGEX_AND_CHOICE_CASES, *(arithmetic_case(d) for d in ("lark", "gbnf", "ebnf")))

@@ -1,0 +1,39 @@
+"""Registers the lmfe grammar backend. Imported on every listing: no lm-format-enforcer, no torch here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyagent_core import GrammarSpec, OptionSpec, hookimpl
+
+SPEC = GrammarSpec(
+    name="lmfe",
+    impl="pyagent_grammar_lmfe.backend:LmfeBackend",
+    summary="lm-format-enforcer: character-level parsers walked over a token prefix tree; JSON schema, regex, choice.",
+    description=(
+        "Pure Python. Schemas using keywords lm-format-enforcer does not enforce (minimum, format, "
+        "uniqueItems...) are refused unless strict=false, so that a fallback backend serves them. JSON "
+        "whitespace is always free (up to max_consecutive_whitespaces); compact output and whitespace "
+        "patterns are refused. Tokens that are not whole UTF-8 characters are never allowed. Rollback; no "
+        "jump-forward."
+    ),
+    priority=10,
+    options={
+        "strict": OptionSpec(type=bool, default=True,
+                             help="refuse schemas with keywords lm-format-enforcer does not enforce"),
+        "max_consecutive_whitespaces": OptionSpec(type=int, default=12, min=1,
+                                                  help="most whitespace characters in a row in JSON output"),
+        "max_array_length": OptionSpec(type=int, default=20, min=1,
+                                       help="most items of a JSON array whose schema sets no maxItems"),
+    },
+    requires=("lm-format-enforcer==0.11.3", "torch"),
+    install_hint="pip install pyagent-grammar-lmfe",
+    constraint_kinds=("json_schema", "json_object", "regex", "choice"),
+    rollback=True,
+)
+
+
+@hookimpl
+def pyagent_register_grammar_backends(register: Callable[[GrammarSpec], None]) -> None:
+    """Register the lmfe backend."""
+    register(SPEC)

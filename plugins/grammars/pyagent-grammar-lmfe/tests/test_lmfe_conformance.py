@@ -1,0 +1,80 @@
+"""The grammar conformance kit run against the lmfe (lm-format-enforcer) backend; the JSONSchemaBench
+sample; the keyword check of strict mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyagent_grammar_lmfe.backend import LmfeBackend, unenforced_keywords
+from pyagent_grammar_lmfe.plugin import SPEC
+
+from pyagent_core.interfaces.grammar import ConstraintSpec
+from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
+from pyagent_core.testing.grammar_corpus import SchemaCorpusConformance
+
+
+class TestLmfe(GrammarConformance):
+    impl = LmfeBackend
+    spec = SPEC
+    cases = (
+        *DEFAULT_CASES,
+        GrammarCase(ConstraintSpec(choice=['say "no"', "b"]), accepted=['say "no"', "b"], rejected=["say", "bb"]),
+    )
+
+
+class TestLmfeSchemaBench(SchemaCorpusConformance):
+    """Every 10th schema (37): strict mode refuses 23. Finding: one invalid Kubernetes instance
+    (kb_23) passes."""
+
+    backend = "lmfe"
+    stride = 10
+    min_compiled = 13
+    min_valid_accepted = 28
+    min_invalid_rejected = 14
+    max_invalid_accepted = 1
+
+
+@pytest.mark.parametrize(("schema", "found"), [
+    ({"type": "integer", "minimum": 3}, ["minimum"]),
+    ({"type": "object", "properties": {"minimum": {"type": "string", "format": "date"}}}, ["format"]),
+    ({"type": "array", "items": {"type": "array", "uniqueItems": True}, "anyOf": [{"type": "array", "not": {}}]},
+     ["uniqueItems", "not"]),
+    ({"type": "string", "pattern": "a+", "maxLength": 3}, ["pattern+length"]),
+    ({"type": "object", "x-custom": 1, "readonly": True, "$defs": {"a": {"enum": [1]}}}, []),
+    ({"type": "object", "properties": {"a": {"description": "anything"}}}, ["untyped"]),
+    ({"type": "array", "items": {"$ref": "#/$defs/a"}, "additionalProperties": False}, []),
+])
+def test_unenforced_keywords(schema: dict[str, Any], found: list[str]) -> None:
+    assert sorted(unenforced_keywords(schema)) == sorted(found)
+
+
+@pytest.mark.parametrize("constraint", [
+    ConstraintSpec(json_object=True, any_whitespace=False),
+    ConstraintSpec(json_object=True, whitespace_pattern=" "),
+    ConstraintSpec(grammar='root ::= "a"'),
+    ConstraintSpec(json_schema={"type": "integer", "maximum": 3}),
+])
+def test_refused_constraints_say_why(constraint: ConstraintSpec) -> None:
+    backend = TestLmfe().make_backend()
+    reason = backend.supports(constraint)
+    assert reason is not None and "lm-format-enforcer" in reason
+    with pytest.raises(ValueError, match="lm-format-enforcer"):
+        backend.compile(constraint)
+
+
+def test_non_strict_mode_compiles_unenforced_keywords() -> None:
+    backend = LmfeBackend(TestLmfe().tokenizer_info(), {**TestLmfe().make_options(), "strict": False})
+    assert backend.supports(ConstraintSpec(json_schema={"type": "integer", "maximum": 3})) is None
+
+
+def test_internal_failure_raises_instead_of_ending_early() -> None:
+    # strict=false lets an untyped property through; the library fails on it once the key is read and
+    # would then offer only end-of-sequence.
+    info = TestLmfe().tokenizer_info()
+    backend = LmfeBackend(info, {**TestLmfe().make_options(), "strict": False})
+    schema = {"type": "object", "properties": {"a": {"description": "anything"}}, "required": ["a"]}
+    matcher = backend.compile(ConstraintSpec(json_schema=schema)).matcher()
+    with pytest.raises(RuntimeError, match="lm-format-enforcer failed"):
+        for token in greedy_tokenize(info, '{"a": 1}'):
+            assert matcher.accept_token(token)

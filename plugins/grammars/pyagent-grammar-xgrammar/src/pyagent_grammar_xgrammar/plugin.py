@@ -1,0 +1,38 @@
+"""Registers the xgrammar grammar backend. Imported on every listing: no xgrammar, no torch here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyagent_core import GrammarSpec, OptionSpec, hookimpl
+
+SPEC = GrammarSpec(
+    name="xgrammar",
+    impl="pyagent_grammar_xgrammar.backend:XGrammarBackend",
+    summary="xgrammar: pushdown automata with precomputed token masks; JSON schema, regex, choice, EBNF/GBNF/Lark.",
+    description=(
+        "Compiles every constraint kind, structural tags included, and offers rollback and jump-forward "
+        "(find_jump_forward_string). Grammars in dialects 'ebnf' and 'gbnf' use xgrammar's GBNF-style EBNF; "
+        "'lark' grammars are converted by xgrammar. Whitespace: any, or compact (',' and ':'); a custom "
+        "whitespace pattern is not supported."
+    ),
+    priority=30,
+    options={
+        "max_threads": OptionSpec(type=int, default=1, min=1, max=64,
+                                  help="threads xgrammar uses to build one grammar's token-mask cache"),
+        "any_order": OptionSpec(type=bool, default=False,
+                                help="let JSON object properties come in any order (default: the schema's order)"),
+    },
+    requires=("xgrammar==0.2.8", "torch"),
+    install_hint="pip install pyagent-grammar-xgrammar && pip install --no-deps xgrammar==0.2.8",
+    constraint_kinds=("json_schema", "json_object", "regex", "choice", "grammar", "structural_tag"),
+    grammar_dialects=("ebnf", "gbnf", "lark"),
+    jump_forward=True,
+    rollback=True,
+)
+
+
+@hookimpl
+def pyagent_register_grammar_backends(register: Callable[[GrammarSpec], None]) -> None:
+    """Register the xgrammar backend."""
+    register(SPEC)
