@@ -1,0 +1,38 @@
+"""Registers the ``ngram`` proposer. Imported while listing plugins: keep it light."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+
+SPEC = ProposerSpec(
+    name="ngram",
+    impl="pyagent_spec_ngram.proposer:NgramProposer",
+    summary="Prompt lookup: drafts what followed the latest earlier occurrence of the context's last n tokens.",
+    description=(
+        "Looks for the longest n in [min_n, max_n] such that the last n tokens of the prompt plus "
+        "output occurred earlier, and drafts the tokens that followed the most recent such "
+        "occurrence (a chain of up to max_tokens). The scan runs in C (pyagent-kernels) with an "
+        "identical pure-Python fallback."
+    ),
+    priority=10,
+    options={
+        "min_n": OptionSpec(type=int, default=2, min=1, max=64, help="shortest n-gram that may match"),
+        "max_n": OptionSpec(type=int, default=8, min=1, max=64, help="longest n-gram compared"),
+        "max_tokens": OptionSpec(type=int, default=8, min=1, max=64,
+                                 help="most draft tokens (the engine may ask for fewer)"),
+        "backend": OptionSpec(type=str, default="auto", choices=("auto", "c", "python"),
+                              help="matching implementation: C kernel, Python fallback, or auto"),
+    },
+    requires=("pyagent-kernels",),
+    install_hint="pip install pyagent-spec-ngram",
+    tree=False,
+)
+"""The proposer's spec record, also used by the tests."""
+
+
+@hookimpl
+def pyagent_register_proposers(register: Callable[[ProposerSpec], None]) -> None:
+    """Register the ``ngram`` proposer."""
+    register(SPEC)

@@ -1,0 +1,1 @@
+"""pyagent-spec-suffix: SuffixDecoding-style speculation from per-request and global token histories."""

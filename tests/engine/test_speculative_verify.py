@@ -1,0 +1,154 @@
+"""Verification of drafts without a model: losslessness (chi-square), greedy exact match, trees, bad drafts."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from pyagent_core.engine.params import SamplingParams
+from pyagent_core.engine.request import Request
+from pyagent_core.engine.sampling import SamplerChain
+from pyagent_core.engine.speculative import (
+    DraftController,
+    DraftWarning,
+    SpecStats,
+    SpeculativeConfig,
+    SpeculativeDecoder,
+    tree_mask,
+)
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.registry import get_registry
+
+VOCAB = 5
+LOGITS = torch.tensor([[1.0, 0.2, 1.5, -0.5, 0.0],   # after the last real token
+                       [0.3, 1.2, -1.0, 0.8, 0.1],   # after draft node 0
+                       [0.0, 0.0, 2.0, 0.5, -2.0],   # after draft node 1
+                       [1.0, -1.0, 0.0, 0.0, 0.7]])  # after draft node 2
+CHI2_CRITICAL_DF4_P001 = 18.467  # chi-square quantile 0.999 with 4 degrees of freedom
+
+
+def chi_square(counts: Counter[int], probs: torch.Tensor) -> float:
+    total = sum(counts.values())
+    return sum((counts.get(t, 0) - total * float(p)) ** 2 / (total * float(p)) for t, p in enumerate(probs))
+
+
+def run(draft: DraftTree | None, trials: int, temperature: float = 1.0) -> list[list[int]]:
+    """Verify ``draft`` against LOGITS for ``trials`` fresh seeded requests; the emitted tokens of each."""
+    chain = SamplerChain(get_registry(), VOCAB)
+    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB)
+    emitted = []
+    for seed in range(trials):
+        request = Request(f"r{seed}", [0], SamplingParams(temperature=temperature, seed=seed))
+        request.draft = draft
+        rows = LOGITS[: 1 + (0 if draft is None else len(draft))]
+        (tokens,) = decoder.verify([request], rows.clone(), chain)
+        emitted.append(tokens)
+        assert request.output_token_ids == []
+    return emitted
+
+
+def test_chain_verification_is_lossless() -> None:
+    """First emitted token ~ softmax(row 0); given it equals draft[0], the next ~ softmax(row 1)."""
+    emitted = run(DraftTree.chain([2, 1, 2]), 3000)
+    first = Counter(tokens[0] for tokens in emitted)
+    assert chi_square(first, LOGITS[0].softmax(0)) < CHI2_CRITICAL_DF4_P001
+    second = Counter(tokens[1] for tokens in emitted if tokens[0] == 2)
+    assert chi_square(second, LOGITS[1].softmax(0)) < CHI2_CRITICAL_DF4_P001
+    assert all(len(t) == 1 or t[0] == 2 for t in emitted), "a rejected first draft token must end the walk"
+    acceptance = sum(t[0] == 2 for t in emitted) / len(emitted)
+    assert abs(acceptance - float(LOGITS[0].softmax(0)[2])) < 0.04, "acceptance must be p(draft) for a point mass"
+
+
+def test_tree_verification_is_lossless() -> None:
+    """Two candidates at the root: still every first token ~ softmax(row 0); after node 1 (token 0), row 3."""
+    draft = DraftTree([2, 0, 1], [-1, -1, 1])
+    emitted = run(draft, 3000)
+    assert chi_square(Counter(t[0] for t in emitted), LOGITS[0].softmax(0)) < CHI2_CRITICAL_DF4_P001
+    after_zero = Counter(t[1] for t in emitted if t[0] == 0)
+    assert chi_square(after_zero, LOGITS[2].softmax(0)) < CHI2_CRITICAL_DF4_P001
+
+
+def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
+    (tokens,) = run(DraftTree.chain([2, 1, 2]), 1, temperature=0.0)
+    assert tokens == [2, 1, 2, 0]  # every node is its row's argmax, then the bonus token of row 3
+    (tokens,) = run(DraftTree.chain([2, 3, 2]), 1, temperature=0.0)
+    assert tokens == [2, 1]  # node 1 (3) is not row 1's argmax (1): the correction ends the walk
+    (tokens,) = run(None, 1, temperature=0.0)
+    assert tokens == [2]
+
+
+def test_tree_mask_lets_nodes_see_their_ancestors_only() -> None:
+    class Chunk:
+        def __init__(self, draft: DraftTree | None, num_tokens: int) -> None:
+            self.request = Request("r", [1], SamplingParams())
+            self.request.draft = draft
+            self.num_tokens = num_tokens
+
+    draft = DraftTree([5, 6, 7], [-1, -1, 0])
+    mask = tree_mask([Chunk(None, 2), Chunk(draft, 4)], 4)
+    assert mask is not None
+    assert mask[:2].tolist() == [[True, False, False, False], [True, True, False, False]]
+    assert mask[2:].tolist() == [[True, False, False, False], [True, True, False, False],
+                                 [True, False, True, False], [True, True, False, True]]
+    assert tree_mask([Chunk(DraftTree.chain([1, 2]), 3)], 3) is None
+
+
+def test_controller_trims_by_acceptance_and_keeps_parents() -> None:
+    controller = DraftController(8)
+    for _ in range(20):
+        controller.verified("bad", 0, 4)
+        controller.verified("good", 4, 4)
+    threshold = 0.2
+    assert controller.budget("good", threshold) > controller.budget("bad", threshold) == 0
+    draft = DraftTree([1, 2, 3, 4], [-1, 0, -1, 2], [1.0, 0.9, 0.01, 0.9])
+    trimmed = controller.trim(draft, "good", threshold, 8)
+    assert trimmed is not None and trimmed.token_ids == (1, 2)  # node 2 scores too low; node 3 loses its parent
+    assert DraftController(8, adaptive=False).budget("bad", 0.99) == 8
+
+
+def test_non_positive_draft_length_is_an_error() -> None:
+    for bad in (0, -3):
+        with pytest.raises(RequestError, match="num_draft_tokens"):
+            SpeculativeConfig(proposer="ngram", num_draft_tokens=bad)
+
+
+class Misbehaving(Proposer):
+    """Returns whatever draft it was built with."""
+
+    def __init__(self, draft: object) -> None:
+        super().__init__({})
+        self.draft = draft
+
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        return [self.draft for _ in requests]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("draft", "message"), [
+    (DraftTree.chain([1, VOCAB]), "outside the vocabulary"),
+    (DraftTree.chain([1] * 9), "at most"),
+    (DraftTree([1, 2], [-1, -1]), "tree=False"),
+    ("tokens", "instead of a DraftTree"),
+])
+def test_bad_drafts_are_dropped_with_a_warning(draft: object, message: str) -> None:
+    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram", num_draft_tokens=8,
+                                                                  adaptive=False), VOCAB)
+    decoder.proposer = Misbehaving(draft)
+    request = Request("r", [1, 2], SamplingParams(max_tokens=20))
+    request.num_computed_tokens = 1
+    with pytest.warns(DraftWarning, match=message):
+        decoder.propose([request], context=100)
+    assert request.draft is None and decoder.stats.num_dropped == 1
+
+
+def test_mean_accepted_length_counts_the_bonus_token() -> None:
+    counters = SpecStats()
+    counters.record(4, 2)
+    counters.record(4, 0)
+    stats = counters.as_dict()
+    assert stats["accepted_per_position"] == [1, 1] and math.isclose(stats["mean_accepted_length"], 2.0)
+    assert math.isclose(stats["acceptance_rate"], 0.25)
