@@ -10,6 +10,20 @@ cannot evict them. The same interface serves the device block pool and an offloa
 Every operation is expected to run in O(1) amortised time (a hash map plus a linked list, a clock
 hand, a few queues...): the pool calls them on every allocation.
 
+Prefix caches evict leaves first: a block whose longer-prefix children are still cached is no legal
+victim. A pool keeps every evictable block in the policy (so recency and frequency stay intact) and,
+when :meth:`EvictionPolicy.evict` returns a block that still has cached children, sets it aside and
+evicts again; the set-aside block goes first once its last child is gone
+(:class:`pyagent_core.kvcache.pool.PrefixCachePool` does this).
+
+Pools give a policy two optional things, both backward compatible: :meth:`EvictionPolicy.insert_with_info`
+with a :class:`BlockInfo` (the block's depth in its prefix chain, its tokens, its parent), which
+prefix- and cost-aware policies use and the others ignore; and :meth:`EvictionPolicy.forget`, called
+when an id will name other content from now on, so that policies keeping history of ids they no
+longer hold (ghost lists, counts of blocks a request took) drop it. An id that a request takes
+(:meth:`EvictionPolicy.remove`) and later gives back (``insert``) is the same content reused: that is
+how a policy sees a cache hit.
+
 Misuse raises :class:`~pyagent_core.errors.EvictionError`: evicting from an empty policy, inserting
 an id that is already present or beyond the capacity, touching or removing an id that is absent.
 """
@@ -18,9 +32,27 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyagent_core.errors import EvictionError
+
+
+class BlockInfo(NamedTuple):
+    """Where a cached block sits in its prefix chain: what prefix- and cost-aware policies weigh.
+
+    Attributes:
+        depth: blocks before it in its chain (0 for a sequence's first block); recomputing it means
+            attending over ``depth`` earlier blocks.
+        tokens: tokens it holds (the block size, or fewer for a sequence's last block).
+        parent: id of the block before it in the chain, ``None`` at depth 0.
+        full: whether it holds a whole block of tokens; a sequence's partial last block cannot be
+            the prefix of a longer prompt (its next version holds more tokens and hashes apart).
+    """
+
+    depth: int
+    tokens: int
+    parent: int | None = None
+    full: bool = True
 
 
 class EvictionPolicy(ABC):
@@ -48,6 +80,25 @@ class EvictionPolicy(ABC):
 
         Raises :class:`EvictionError` if it is already present or the policy holds ``capacity`` ids.
         """
+
+    def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
+        """Insert ``block_id`` knowing where it sits in its prefix chain (``None``: unknown).
+
+        Pools call this rather than :meth:`insert` when they know the block's place; the default
+        ignores ``info``. Prefix- and cost-aware policies override it. Raises like :meth:`insert`.
+        """
+        self.insert(block_id)
+
+    def forget(self, block_id: int) -> None:
+        """Drop any history kept about the absent ``block_id``: the id will name other content.
+
+        A pool that recycles ids (physical block numbers) calls this after evicting or dropping one;
+        a pool whose ids are content hashes need not. The default keeps no history. Raises
+        :class:`EvictionError` if the id is present (remove it first).
+        """
+        if block_id in self:
+            raise EvictionError(f"cannot forget block {block_id}: it is still in the eviction policy; "
+                                "remove or evict it first")
 
     @abstractmethod
     def touch(self, block_id: int) -> None:

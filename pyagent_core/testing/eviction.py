@@ -3,7 +3,9 @@
 The model is the set of ids the policy should hold. Every rule applies one operation to both and
 checks the outcome: misuse raises :class:`~pyagent_core.errors.EvictionError`, ``evict`` returns a
 member of the set, and ``len``/``in`` agree with the set after every step. Which member ``evict``
-picks is the policy's business; the kit checks only that it is a legal one.
+picks is the policy's business; the kit checks only that it is a legal one. Inserts come both bare
+and through ``insert_with_info`` (with and without a :class:`BlockInfo`), and absent ids are
+forgotten at random, as pools that recycle ids do.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from pyagent_core.errors import EvictionError
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
 from pyagent_core.testing.base import BackendConformance
 from pyagent_core.testing.support import expect_raises, kit_settings
 
@@ -36,18 +38,37 @@ class EvictionMachine(RuleBasedStateMachine):
     block_ids = st.integers(min_value=0, max_value=ID_SPACE - 1)
     inserted = Bundle("inserted")
     known_ids = st.one_of(inserted, block_ids)
+    infos = st.one_of(st.none(), st.builds(
+        BlockInfo, depth=st.integers(0, 300), tokens=st.integers(1, 512),
+        parent=st.one_of(st.none(), block_ids),
+    ))
 
-    @rule(target=inserted, block_id=block_ids)
-    def insert(self, block_id: int) -> int:
-        """Insert; an id already present, or any id when full, must raise."""
+    @rule(target=inserted, block_id=block_ids, info=st.one_of(st.just("bare"), infos))
+    def insert(self, block_id: int, info: BlockInfo | str | None) -> int:
+        """Insert (bare or with info); an id already present, or any id when full, must raise."""
+        def call() -> None:
+            if isinstance(info, BlockInfo) or info is None:
+                self.policy.insert_with_info(block_id, info)
+            else:
+                self.policy.insert(block_id)
+
         if block_id in self.model or len(self.model) >= self.policy.capacity:
-            expect_raises(EvictionError, self.policy.insert, block_id,
-                          what=f"insert({block_id}) with {sorted(self.model)} present, capacity "
+            expect_raises(EvictionError, call,
+                          what=f"insert({block_id}, {info}) with {sorted(self.model)} present, capacity "
                                f"{self.policy.capacity}")
         else:
-            self.policy.insert(block_id)
+            call()
             self.model.add(block_id)
         return block_id
+
+    @rule(block_id=known_ids)
+    def forget(self, block_id: int) -> None:
+        """Forget; a present id must raise (and stay present), an absent one is accepted."""
+        if block_id in self.model:
+            expect_raises(EvictionError, self.policy.forget, block_id,
+                          what=f"forget({block_id}) of a present id")
+        else:
+            self.policy.forget(block_id)
 
     @rule(block_id=known_ids)
     def touch(self, block_id: int) -> None:

@@ -1,0 +1,139 @@
+"""Turn-aware eviction: what a prefix KV cache knows about conversations, on S3-FIFO's queues.
+
+A conversation's next turn reuses its whole history, but usually only after many other requests:
+on the Mooncake conversation trace a block's next use is hundreds of requests away, far beyond what
+an LRU cache of a few thousand blocks keeps. So:
+
+- A sequence's partial last block (``BlockInfo.full`` false) can never prefix a longer prompt: it
+  is evicted before anything else.
+- New blocks enter a small FIFO; the ids it evicts are remembered in a long ghost history
+  (``ghost_factor * capacity`` ids, enough to span several turns). A block that comes back while
+  remembered (the next turn of its conversation), or that a request took and gives back, enters the
+  main FIFO, where it stays while it keeps being used (S3-FIFO's lazy promotion, up to 3 uses).
+- The small queue's share adapts, like ARC's target: a ghost hit on an id evicted from the small
+  queue within the last ``window * capacity`` small-queue evictions grows it by
+  ``step * capacity`` blocks; one on an id recently evicted from main shrinks it. Small caches
+  settle on a tiny small queue (keep a few conversations long), large ones on a big one (keep every
+  recent turn).
+
+Every operation is O(1) amortised (``OrderedDict`` queues; each lazy promotion spends a use).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_kvcache_policies.recall import Recall
+
+MAX_USES = 3
+"""Uses counted per block in the main queue."""
+
+
+class TurnAwarePolicy(EvictionPolicy):
+    """Partial tails first, then an adaptive small FIFO, then a main FIFO with lazy promotion."""
+
+    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
+        super().__init__(capacity, options)
+        self.small_target = self.options["small_fraction"] * capacity
+        self.min_small = self.options["min_small_fraction"] * capacity
+        self.max_small = self.options["max_small_fraction"] * capacity
+        self.step = max(1.0, self.options["step"] * capacity)
+        self.window = self.options["window"] * capacity
+        self.ghost_size = round(self.options["ghost_factor"] * capacity)
+        self.tails: OrderedDict[int, None] = OrderedDict()
+        self.small: OrderedDict[int, None] = OrderedDict()
+        self.main: OrderedDict[int, None] = OrderedDict()
+        self.uses: dict[int, int] = {}
+        self.ghost: OrderedDict[int, tuple[bool, int]] = OrderedDict()
+        """Evicted id -> (evicted from the small queue, that queue's eviction count then)."""
+        self.evicted_small = 0
+        self.evicted_main = 0
+        self.recall: Recall[int] = Recall(capacity)
+
+    def insert(self, block_id: int) -> None:
+        """Insert ``block_id`` with nothing known of its place (a full block)."""
+        self.insert_with_info(block_id, None)
+
+    def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
+        """Queue ``block_id``: tails if partial, main if reused or remembered, else small."""
+        self.check_insert(block_id)
+        uses = self.recall.pop(block_id)
+        if uses is not None:
+            self.uses[block_id] = min(uses + 1, MAX_USES)
+            self.main[block_id] = None
+            return
+        self.uses[block_id] = 0
+        remembered = self.ghost.pop(block_id, None)
+        if info is not None and not info.full:
+            self.tails[block_id] = None
+        elif remembered is None:
+            self.small[block_id] = None
+        else:
+            self._adapt(*remembered)
+            self.main[block_id] = None
+
+    def _adapt(self, from_small: bool, evicted_at: int) -> None:
+        if from_small and self.evicted_small - evicted_at <= self.window:
+            self.small_target = min(self.max_small, self.small_target + self.step)
+        elif not from_small and self.evicted_main - evicted_at <= self.window:
+            self.small_target = max(self.min_small, self.small_target - self.step)
+
+    def touch(self, block_id: int) -> None:
+        """Count a use of ``block_id`` (no reordering)."""
+        self.check_present(block_id)
+        self.uses[block_id] = min(self.uses[block_id] + 1, MAX_USES)
+
+    def remove(self, block_id: int) -> None:
+        """Stop tracking ``block_id``; when a request gives it back it enters main."""
+        self.check_present(block_id)
+        for queue in (self.small, self.main, self.tails):
+            if queue.pop(block_id, True) is None:
+                break
+        self.recall.keep(block_id, self.uses.pop(block_id))
+
+    def forget(self, block_id: int) -> None:
+        """Drop ``block_id`` from the ghost history and from the memory of taken blocks."""
+        super().forget(block_id)
+        self.ghost.pop(block_id, None)
+        self.recall.pop(block_id)
+
+    def _remember(self, block_id: int, from_small: bool, count: int) -> None:
+        self.ghost[block_id] = (from_small, count)
+        if len(self.ghost) > self.ghost_size:
+            self.ghost.popitem(last=False)
+
+    def evict(self) -> int:
+        """Evict a partial tail, else small's head (unless used: to main), else main's unused head."""
+        self.check_not_empty()
+        if self.tails:
+            block_id = self.tails.popitem(last=False)[0]
+            del self.uses[block_id]
+            return block_id
+        while True:
+            if self.small and (len(self.small) >= self.small_target or not self.main):
+                block_id = self.small.popitem(last=False)[0]
+                if self.uses[block_id]:
+                    self.uses[block_id] = 0
+                    self.main[block_id] = None
+                    continue
+                self.evicted_small += 1
+                self._remember(block_id, True, self.evicted_small)
+            else:
+                block_id = self.main.popitem(last=False)[0]
+                if self.uses[block_id]:
+                    self.uses[block_id] -= 1
+                    self.main[block_id] = None
+                    continue
+                self.evicted_main += 1
+                self._remember(block_id, False, self.evicted_main)
+            del self.uses[block_id]
+            return block_id
+
+    def __len__(self) -> int:
+        return len(self.uses)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self.uses

@@ -1,0 +1,121 @@
+"""Property tests of every policy: random operation sequences against a set model, ARC's invariants,
+and replays of random prefix-chain traces through the core's prefix-cache pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyagent_kvcache_policies.arc import ArcPolicy
+from pyagent_kvcache_policies.plugin import SPECS
+
+from pyagent_core.errors import EvictionError
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.kvcache.pool import PrefixCachePool
+from pyagent_core.kvcache.trace import BlockTrace
+from pyagent_core.lazy import import_impl
+from pyagent_core.options import validate_options
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
+NAMES = [spec.name for spec in SPECS]
+
+
+def make(name: str, capacity: int) -> EvictionPolicy:
+    spec = next(s for s in SPECS if s.name == name)
+    policy: EvictionPolicy = import_impl(spec.impl)(capacity, validate_options(spec.options, {}, name))
+    return policy
+
+
+operations = st.lists(st.tuples(st.sampled_from(["insert", "remove", "touch", "evict", "forget"]),
+                                st.integers(0, 11), st.integers(0, 40), st.booleans()), max_size=120)
+
+
+def arc_invariants(policy: ArcPolicy) -> None:
+    c = policy.capacity
+    t1, t2, b1, b2 = (set(q) for q in (policy.t1, policy.t2, policy.b1, policy.b2))
+    assert len(t1) + len(t2) <= c
+    assert len(t1) + len(b1) <= c
+    assert len(t1) + len(t2) + len(b1) + len(b2) <= 2 * c
+    assert not (t1 | t2) & (b1 | b2) and not t1 & t2 and not b1 & b2
+    assert 0 <= policy.p <= c
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(capacity=st.integers(1, 6), ops=operations)
+def test_random_operations_respect_capacity_and_never_evict_absent_blocks(
+        name: str, capacity: int, ops: list[tuple[str, int, int, bool]]) -> None:
+    policy = make(name, capacity)
+    present: set[int] = set()
+    for op, block, depth, full in ops:
+        if op == "insert" and block not in present and len(present) < capacity:
+            policy.insert_with_info(block, BlockInfo(depth, 512 if full else 7, None, full))
+            present.add(block)
+        elif op in ("remove", "touch") and block in present:
+            getattr(policy, op)(block)
+            if op == "remove":
+                present.discard(block)
+        elif op == "forget" and block not in present:
+            policy.forget(block)
+        elif op == "evict":
+            if not present:
+                with pytest.raises(EvictionError):
+                    policy.evict()
+            else:
+                victim = policy.evict()
+                assert victim in present, f"{name} evicted {victim}, which is not evictable ({present})"
+                present.remove(victim)
+        assert len(policy) == len(present) <= capacity
+        if isinstance(policy, ArcPolicy):
+            arc_invariants(policy)
+
+
+chains = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=25)
+
+
+def tree_trace(paths: list[list[int]]) -> BlockTrace:
+    """Requests as paths in a small tree: a block id per distinct prefix, so the ids chain."""
+    ids: dict[tuple[int, ...], int] = {}
+    return BlockTrace.from_chains(
+        [[ids.setdefault(tuple(path[:i + 1]), len(ids)) for i in range(len(path))] for path in paths],
+        block_size=4, input_lengths=[4 * len(path) - (i % 3) for i, path in enumerate(paths)])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(paths=chains, capacity=st.integers(1, 8))
+def test_pool_replay_keeps_prefixes_cached_and_within_capacity(name: str, paths: list[list[int]],
+                                                               capacity: int) -> None:
+    trace = tree_trace(paths)
+    pool = PrefixCachePool(capacity, make(name, capacity))
+    for index, chain in enumerate(trace.requests):
+        cached_prefix = 0
+        while cached_prefix < len(chain) and chain[cached_prefix] in pool.children:
+            cached_prefix += 1
+        assert pool.serve(index, chain, trace.last_tokens[index], trace.block_size) == cached_prefix
+        assert len(pool.children) <= capacity
+        for block, parent in pool.parent.items():
+            assert parent is None or parent in pool.children, f"block {block} cached without its parent"
+        assert len(pool.policy) + len(pool.parked) + len(pool.ready) == len(pool.children)
+
+
+def test_arc_ghost_hit_adapts_target() -> None:
+    policy = ArcPolicy(2, {})
+    policy.insert(1)
+    policy.insert(2)
+    assert policy.evict() == 1 and 1 in policy.b1
+    policy.insert(1)  # a B1 hit: T1 deserved more room
+    assert policy.p == 1.0 and 1 in policy.t2
+    assert policy.evict() == 1 and 1 in policy.b2  # |T1| = 1 is not above p = 1: T2 gives the victim
+
+
+def test_taken_and_returned_blocks_count_as_reused() -> None:
+    policies: dict[str, Any] = {name: make(name, 4) for name in ("lfu", "slru", "arc", "s3-fifo", "turn-aware")}
+    for name, policy in policies.items():
+        policy.insert(1)
+        policy.insert(2)
+        policy.remove(1)  # a request takes block 1...
+        policy.insert(1)  # ...and gives it back: a hit
+        assert policy.evict() == 2, name
