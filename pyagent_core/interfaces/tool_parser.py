@@ -21,6 +21,9 @@ from typing import Any
 
 import attrs
 
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.grammar import ConstraintSpec
+
 
 def new_tool_call_id() -> str:
     """A fresh OpenAI-style tool call id, ``call_`` followed by 24 hex digits."""
@@ -169,3 +172,22 @@ class ToolParser(StreamingParser):
     @abstractmethod
     def extract(self, text: str) -> ExtractedToolCalls:
         """Split a complete message into content and tool calls; never raises on odd model output."""
+
+    def constraint_for(self, tool_choice: str | Mapping[str, Any]) -> ConstraintSpec | None:
+        """The constraint a grammar backend enforces for ``tool_choice``, written in this parser's format.
+
+        ``"auto"`` and ``"none"`` need none (``None``). For ``"required"`` and a named function
+        (``{"type": "function", "function": {"name": ...}}``) a parser returns a constraint whose
+        output it parses back into calls of the allowed tools, typically a structural tag with one
+        structure per tool (the text before the arguments, the parameters' schema, the text after).
+
+        Raises:
+            RequestError: the parser cannot express ``tool_choice`` (the default for anything but
+                ``"auto"``/``"none"``), or ``tool_choice`` is malformed.
+        """
+        if tool_choice in ("auto", "none"):
+            return None
+        raise RequestError(
+            f"tool parser {type(self).__name__} supplies no constraint for tool_choice={tool_choice!r}; "
+            "use tool_choice='auto'"
+        )

@@ -10,6 +10,7 @@ never raise.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
 from collections.abc import Iterable, Sequence
@@ -80,6 +81,23 @@ def stream(parser: StreamingParser, text: str, cuts: Iterable[int], label: str) 
     return merge_deltas(deltas, label)
 
 
+def byte_cut_points(data: st.DataObject, text: str) -> list[int]:
+    """Chunk boundaries of ``text`` as a detokenizer produces them from a byte stream cut anywhere.
+
+    The UTF-8 bytes are cut at hypothesis-chosen points (inside multi-byte characters too) and
+    decoded incrementally; a piece ending inside a character yields nothing until the character
+    completes, so the text chunks can be empty.
+    """
+    raw = text.encode("utf-8")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=min(len(raw), 12)), label="byte cuts"))
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    bounds, length = [], 0
+    for lo, hi in itertools.pairwise([0, *cuts, len(raw)]):
+        length += len(decoder.decode(raw[lo:hi]))
+        bounds.append(length)
+    return bounds[:-1]
+
+
 def odd_texts(sources: Sequence[str]) -> st.SearchStrategy[str]:
     """Text glued from slices of ``sources`` (fixtures, markers) and random characters."""
     slices = st.sampled_from(sources).flatmap(
@@ -146,6 +164,12 @@ class StreamingParserConformance(BackendConformance):
     def test_streaming_at_random_split_points(self, data: st.DataObject) -> None:
         for case in filter(self.streamable, self.cases):
             self.check_stream(case, cut_points(data, case.text))
+
+    @kit_settings(max_examples=20)
+    @given(data=st.data())
+    def test_streaming_split_inside_characters(self, data: st.DataObject) -> None:
+        for case in filter(self.streamable, self.cases):
+            self.check_stream(case, byte_cut_points(data, case.text))
 
     @kit_settings(max_examples=100)
     @given(data=st.data())

@@ -6,13 +6,19 @@ type, the tool definitions handed to the parser and the tool-call specific check
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.interfaces.tool_parser import ExtractedToolCalls, StreamingParser, ToolParser
-from pyagent_core.testing.streaming import Message, StreamingParserConformance
+from pyagent_core.testing.streaming import Message, StreamingParserConformance, cut_points, stream
+from pyagent_core.testing.support import kit_settings
 from pyagent_core.types import ToolParserSpec
 
 
@@ -49,6 +55,31 @@ KIT_TOOLS = (
 )
 """Tool definitions passed to the parser unless a kit subclass sets ``tools``."""
 
+KIT_EXAMPLES: dict[str, dict[str, Any]] = {
+    "get_weather": {"city": "Paris", "unit": "celsius"}, "add": {"a": 1, "b": 2.5},
+}
+"""Arguments valid for :data:`KIT_TOOLS`, written into constraints' structures and parsed back."""
+
+PROBE_TOOL = _function("probe", {
+    "s": {"type": "string"}, "n": {"type": "number"}, "i": {"type": "integer"}, "b": {"type": "boolean"},
+    "o": {"type": "object"}, "a": {"type": "array"},
+})
+"""The tool of the round-trip check: one parameter of each JSON type."""
+
+
+def probe_arguments() -> st.SearchStrategy[dict[str, Any]]:
+    """Arguments for :data:`PROBE_TOOL`: any subset of its parameters, unicode and nesting included."""
+    text = st.text(st.characters(exclude_categories=["Cs"]), max_size=10)
+    number = st.integers(-10**12, 10**12) | st.floats(allow_nan=False, allow_infinity=False)
+    values = st.recursive(
+        st.none() | st.booleans() | number | text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6,
+    )
+    return st.fixed_dictionaries({}, optional={
+        "s": text, "n": number, "i": st.integers(-10**12, 10**12), "b": st.booleans(),
+        "o": st.dictionaries(text, values, max_size=3), "a": st.lists(values, max_size=3),
+    })
+
 
 class ToolParserConformance(StreamingParserConformance):
     """Kit for :class:`ToolParser` s. Set ``impl``, ``spec`` and ``cases`` (:class:`ToolParserCase`)."""
@@ -57,6 +88,12 @@ class ToolParserConformance(StreamingParserConformance):
     spec: ClassVar[ToolParserSpec]
     cases: ClassVar[Sequence[ToolParserCase]] = ()
     tools: ClassVar[Sequence[Mapping[str, Any]]] = KIT_TOOLS
+    roundtrip_excludes: ClassVar[tuple[str, ...]] = ()
+    """Text the format cannot carry inside arguments (e.g. an XML format's closing tag)."""
+
+    def render_calls(self, parser: ToolParser, calls: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
+        """``calls`` written as the model writes them, for the round-trip check; ``None`` skips it."""
+        return None
 
     def make_parser(self) -> ToolParser:
         """Construct the parser under test with ``tools``."""
@@ -91,3 +128,58 @@ class ToolParserConformance(StreamingParserConformance):
             assert len(errors) == case.errors and all(isinstance(e, str) and e for e in errors), (
                 f"extract({case.text!r}) reported errors {list(errors)}, expected {case.errors} messages"
             )
+
+    @kit_settings(max_examples=20)
+    @given(data=st.data())
+    def test_rendered_calls_parse_back_exactly(self, data: st.DataObject) -> None:
+        calls = [("probe", a) for a in data.draw(st.lists(probe_arguments(), min_size=1, max_size=3), label="calls")]
+        parser: ToolParser = self.impl([*self.tools, PROBE_TOOL], self.make_options())
+        text = self.render_calls(parser, calls)
+        if text is None:
+            return
+        assume(not any(x in json.dumps(calls, ensure_ascii=False) for x in self.roundtrip_excludes))
+        result = self.extract(parser, text)
+        label = f"round trip of {calls!r} through {text!r}"
+        assert not result.errors, f"{label}: errors {list(result.errors)}"
+        assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == calls, f"{label}: got {result}"
+        fresh = self.impl([*self.tools, PROBE_TOOL], self.make_options())
+        streamed = stream(fresh, text, cut_points(data, text), label)
+        assert streamed.decoded(label).calls == tuple(calls), f"{label}: streamed {streamed}"
+
+    def test_constraint_for_tool_choice_parses_back(self) -> None:
+        parser = self.make_parser()
+        assert parser.constraint_for("auto") is None and parser.constraint_for("none") is None
+        first = self.tools[0]["function"]["name"]
+        for choice, allowed in (("required", {t["function"]["name"] for t in self.tools}),
+                                ({"type": "function", "function": {"name": first}}, {first})):
+            try:
+                constraint = parser.constraint_for(choice)
+            except RequestError:
+                continue  # the format cannot be described by the constraint kinds; the parser says so
+            assert isinstance(constraint, ConstraintSpec), f"constraint_for({choice!r}) returned {constraint!r}"
+            if constraint.structural_tag is not None:
+                self._check_structures(json.loads(constraint.structural_tag), allowed, choice)
+        try:
+            parser.constraint_for({"type": "function", "function": {"name": "no_such_tool"}})
+        except RequestError:
+            return
+        raise AssertionError("constraint_for a tool that is not in the request must raise RequestError")
+
+    def _check_structures(self, tag: Mapping[str, Any], allowed: set[str], choice: Any) -> None:
+        """Each structure, filled with example arguments, parses back into one call of its tool."""
+        names = set()
+        for structure in tag["structures"]:
+            assert any(structure["begin"].startswith(t) for t in tag["triggers"]), f"{choice!r}: {structure}"
+            untyped = self.impl([], self.make_options())  # no tools: no schema to fail with {}
+            probe = self.extract(untyped, structure["begin"] + "{}" + structure["end"])
+            assert len(probe.tool_calls) == 1, f"{choice!r}: {structure} with {{}} parsed as {probe}"
+            name = probe.tool_calls[0].name
+            example = KIT_EXAMPLES.get(name, {})
+            text = structure["begin"] + json.dumps(example) + structure["end"]
+            result = self.extract(self.make_parser() if name in KIT_EXAMPLES else untyped, text)
+            assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == [(name, example)], (
+                f"{choice!r}: {text!r} parsed as {result}"
+            )
+            names.add(name)
+        assert names == allowed, f"constraint_for({choice!r}) covers tools {names}, expected {allowed}"
+

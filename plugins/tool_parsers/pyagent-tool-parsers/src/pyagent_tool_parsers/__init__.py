@@ -1,0 +1,1 @@
+"""Tool-call parsers for pyagent: the model families' formats over one streaming engine."""

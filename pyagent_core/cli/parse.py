@@ -1,0 +1,159 @@
+"""``pyagent parse``: run tool-call and reasoning parsers on a model's output.
+
+Reads the raw text from stdin (or ``--input``) and prints the OpenAI assistant message. Calls that
+were malformed, unknown or invalid for their tool's schema are reported on stderr, and the command
+then exits with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pyagent_core.cli.output import error, print_json, print_table
+from pyagent_core.errors import RequestError
+from pyagent_core.options import parse_assignments
+
+if TYPE_CHECKING:
+    from pyagent_core.engine.llm import LLM, Prompt
+    from pyagent_core.engine.params import SamplingParams
+    from pyagent_core.engine.request import RequestOutput
+    from pyagent_core.interfaces.tool_parser import DeltaMessage
+
+ToolsOpt = Annotated[Path | None, typer.Option("--tools", help="JSON file: a list of OpenAI tool definitions.")]
+ToolParserOpt = Annotated[str | None, typer.Option("--tool-parser", help="Tool-call parser, see pyagent list.")]
+ReasoningOpt = Annotated[str | None, typer.Option("--reasoning-parser", help="Reasoning parser, if the model reasons.")]
+ToolParserOptsOpt = Annotated[list[str] | None, typer.Option("--tool-parser-opt", help="Tool parser option KEY=VALUE.")]
+ReasoningOptsOpt = Annotated[list[str] | None, typer.Option("--reasoning-parser-opt",
+                                                            help="Reasoning parser option KEY=VALUE.")]
+
+
+def read_tools(path: Path | None) -> list[dict[str, Any]]:
+    """The tools in ``path`` (a JSON list, or an object with a ``tools`` list); none without a path."""
+    if path is None:
+        return []
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RequestError(f"cannot read tools file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise RequestError(f"tools file {path} is not JSON ({exc}); write a list of tool definitions") from None
+    tools = value.get("tools") if isinstance(value, dict) else value
+    if not isinstance(tools, list):
+        raise RequestError(f"tools file {path} must hold a JSON list of tool definitions (or {{\"tools\": [...]}})")
+    return tools
+
+
+def parse(
+    tool_parser: ToolParserOpt = None,
+    reasoning_parser: ReasoningOpt = None,
+    tools: ToolsOpt = None,
+    tool_parser_opt: ToolParserOptsOpt = None,
+    reasoning_parser_opt: ReasoningOptsOpt = None,
+    input_file: Annotated[Path | None, typer.Option("--input", help="Read the output from a file, not stdin.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the OpenAI assistant message as JSON.")] = False,
+) -> None:
+    """Parse a model's raw output (stdin) into content, reasoning and tool calls."""
+    from pyagent_core.parsing import build_message_parser
+
+    if not tool_parser and not reasoning_parser:
+        raise RequestError("give --tool-parser NAME and/or --reasoning-parser NAME (see `pyagent list tool_parser`)")
+    parser = build_message_parser(
+        tool_parser, reasoning_parser, tools=read_tools(tools),
+        tool_options=parse_assignments(tool_parser_opt or []),
+        reasoning_options=parse_assignments(reasoning_parser_opt or []),
+    )
+    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
+    message = parser.parse(text)
+    if json_out:
+        print_json(message.to_openai())
+    else:
+        show_message(message.to_openai())
+    for problem in message.errors:
+        error(problem)
+    if message.errors:
+        raise typer.Exit(1)
+
+
+def show_message(message: dict[str, Any]) -> None:
+    """Print an assistant message for people: reasoning, content, then a table of tool calls."""
+    if message.get("reasoning_content"):
+        typer.secho(f"[reasoning] {message['reasoning_content']}", dim=True)
+    if message.get("content"):
+        typer.echo(message["content"])
+    calls = message.get("tool_calls") or []
+    if calls:
+        print_table("tool calls", ["id", "function", "arguments"],
+                    [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls])
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``parse`` to ``app``."""
+    app.command("parse")(parse)
+
+
+class ChatParsing:
+    """``pyagent chat`` with tools and parsers: tools in the prompt, each reply streamed through the parsers.
+
+    Args:
+        tools: the OpenAI tool definitions offered to the model.
+        tool_parser, reasoning_parser: parser names (either may be ``None``).
+    """
+
+    def __init__(self, tools: list[dict[str, Any]], tool_parser: str | None, reasoning_parser: str | None) -> None:
+        from pyagent_core.parsing import build_message_parser
+
+        self.tools = tools
+        self.names = (tool_parser, reasoning_parser)
+        build_message_parser(tool_parser, reasoning_parser, tools=tools)  # fail now on a bad name or tools
+
+    def prompt(self, llm: LLM, history: list[dict[str, Any]]) -> Prompt:
+        """The conversation, rendered with the tools when the model's chat template takes them."""
+        template = llm.loaded.chat_template
+        if not self.tools or template is None or "tools" not in template.source:
+            return history
+        text = template.render(history, add_generation_prompt=True, tools=self.tools)
+        return list(llm.tokenizer.encode(text, add_special_tokens=False))
+
+    def reply(self, llm: LLM, history: list[dict[str, Any]], params: SamplingParams) -> RequestOutput:
+        """Generate and print one reply: reasoning and content as they stream, then its tool calls."""
+        from pyagent_core.parsing import build_message_parser
+
+        parser = build_message_parser(*self.names, tools=self.tools)
+        final = None
+        for output in llm.stream([self.prompt(llm, history)], params, chat=True):
+            _show_delta(parser.feed(output.delta) if output.delta else None)
+            final = output if output.finished else final
+        _show_delta(parser.finish())
+        sys.stdout.write("\n")
+        assert final is not None
+        if final.error is None:
+            message = build_message_parser(*self.names, tools=self.tools).parse(final.text)
+            if message.tool_calls:
+                show_message({"tool_calls": message.to_openai()["tool_calls"]})
+            for problem in message.errors:
+                error(problem)
+        return final
+
+
+def _show_delta(delta: DeltaMessage | None) -> None:
+    if delta is None:
+        return
+    if delta.reasoning_content:
+        typer.secho(delta.reasoning_content, dim=True, nl=False)
+    if delta.content:
+        sys.stdout.write(delta.content)
+    sys.stdout.flush()
+
+
+def chat_parsing(tools: Path | None, tool_parser: str | None, reasoning_parser: str | None) -> ChatParsing | None:
+    """What ``pyagent chat`` needs for ``--tools``/``--tool-parser``/``--reasoning-parser``; ``None`` without them."""
+    if tools is None and not tool_parser and not reasoning_parser:
+        return None
+    if tools is not None and not tool_parser:
+        raise RequestError("--tools needs --tool-parser NAME to read the calls (see `pyagent list tool_parser`)")
+    return ChatParsing(read_tools(tools), tool_parser, reasoning_parser)
