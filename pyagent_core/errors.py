@@ -103,6 +103,10 @@ class EvictionError(PyagentError, LookupError):
     """An eviction policy was misused: evict when empty, unknown or duplicate block id, insert when full."""
 
 
+class TraceError(PyagentError, ValueError):
+    """A KV-cache block trace cannot be replayed: unreadable, malformed line, or not a prefix chain."""
+
+
 class ModelLoadError(PyagentError):
     """A model could not be loaded; the subclasses say whether it is missing, malformed or unsupported."""
 
@@ -125,3 +129,35 @@ class ChatTemplateError(PyagentError, ValueError):
 
 class RequestError(PyagentError, ValueError):
     """A generation request is invalid: empty or too long prompt, bad sampling parameters."""
+
+
+class ConstraintError(RequestError):
+    """A request's structured-output constraint cannot be served; raised (or reported) before generation."""
+
+
+class ConstraintTooLargeError(ConstraintError):
+    """The constraint's text is larger than the configured limit."""
+
+
+class InvalidSchemaError(ConstraintError):
+    """A JSON schema is not valid JSON, or not a valid JSON Schema (checked against its metaschema)."""
+
+
+class RegexSyntaxError(ConstraintError):
+    """A regular expression does not parse."""
+
+
+class UnsatisfiableConstraintError(ConstraintError):
+    """The constraint admits no output at all (contradictory bounds, an empty enum, ``false``)."""
+
+
+class UnsupportedConstraintError(ConstraintError):
+    """No grammar backend that may serve the request can compile the constraint; the reasons are listed."""
+
+
+class GrammarBackendError(ConstraintError):
+    """The grammar backend the request names is unknown or cannot run here."""
+
+
+class GrammarTimeoutError(ConstraintError):
+    """Compiling the constraint took longer than the configured limit."""

@@ -79,13 +79,13 @@ def make_registry(site: SitePackages, tmp_path: Path) -> Callable[..., Registry]
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            extra_path: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pyagent_core.cli ARGS`` in a fresh process and capture its output."""
+            extra_path: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m pyagent_core.cli ARGS`` in a fresh process (``stdin`` as its input) and capture its output."""
     environ = {**os.environ, **(env or {})}
     if extra_path is not None:
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), environ.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "pyagent_core.cli", *args], capture_output=True,
-                          text=True, env=environ, cwd=cwd, timeout=120)
+                          text=True, env=environ, cwd=cwd, timeout=120, input=stdin)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from pyagent_core.benchmarks.llama_cpp_peer import run_in_child
 from pyagent_core.models.embedded import find_embedded_gguf
 
 PROMPTS = (
@@ -201,24 +202,20 @@ def transformers_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int)
 
 
 def llama_cpp_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int) -> tuple[dict[str, Any], list[dict]]:
-    """llama.cpp's single-stream row on ``gguf`` (its own dtypes: the GGUF's); ``(peer info, rows)``."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return {"available": False, "reason": "not installed"}, []
-    import llama_cpp
+    """llama.cpp's single-stream row on ``gguf`` (its own dtypes: the GGUF's); ``(peer info, rows)``.
 
-    llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=2048, verbose=False)
-
-    def run_one(ids: list[int]) -> dict[str, float]:
-        llm.reset()  # no prompt prefix reused from the previous request
-        times = TokenTimes(time.perf_counter())
-        for _ in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, reset=True):
-            times.tokens.append(time.perf_counter())
-            if len(times.tokens) == new_tokens:
-                break
-        return times.stats(len(ids))
-
-    return ({"available": True, "version": llama_cpp.__version__},
-            [_single_stream("llama.cpp", "gguf", prompts, run_one)])
+    It runs in a child process (:mod:`pyagent_core.benchmarks.llama_cpp_peer`), so a crash makes the
+    peer unavailable instead of ending the benchmark.
+    """
+    result, reason = run_in_child(gguf, prompts, new_tokens)
+    if result is None:
+        return {"available": False, "reason": reason}, []
+    runs = []
+    for ids, run in zip(prompts, result["runs"], strict=True):
+        times = TokenTimes(run["start"], run["tokens"])
+        runs.append(times.stats(len(ids)))
+    return {"available": True, "version": result["version"]}, [{"engine": "llama.cpp", "dtype": "gguf",
+                                                                 **_summarize(runs)}]
 
 
 # --- the report --------------------------------------------------------------------------------

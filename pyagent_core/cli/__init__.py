@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from pyagent_core.cli import bench, doctor, generate, listing, new_plugin, selection
+from pyagent_core.cli import bench, doctor, generate, listing, new_plugin, parse, selection
 from pyagent_core.cli.output import error
 from pyagent_core.errors import PyagentError
 
@@ -21,7 +21,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for module in (listing, selection, generate, doctor, new_plugin):
+for module in (listing, selection, generate, doctor, new_plugin, parse):
     module.register(app)
 app.add_typer(bench.app, name="bench")
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from pyagent_core.cli import cache_flags, constraints
+from pyagent_core.cli import parse as parse_cli
+from pyagent_core.cli import speculative as spec_cli
 from pyagent_core.cli.output import error
+from pyagent_core.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from pyagent_core.engine.llm import LLM, Prompt
     from pyagent_core.engine.params import SamplingParams
     from pyagent_core.engine.request import RequestOutput
+    from pyagent_core.engine.speculative import SpeculativeConfig
+    from pyagent_core.structured.orchestrator import StructuredConfig
 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
@@ -55,13 +61,25 @@ def _progress() -> Callable[[int, int, str], None]:
 
 
 def build_llm(model: str | None, dtype: str, attention: str | None, attention_opt: list[str] | None,
-              kv_cache_gib: float) -> LLM:
-    """Load the model and build the engine with the selected backends."""
+              kv_cache_gib: float, structured: StructuredConfig | None = None,
+              speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
+              cache: Mapping[str, Any] | None = None) -> LLM:
+    """Load the model and build the engine with the selected backends and sampler chain."""
     from pyagent_core.engine.core import EngineConfig
     from pyagent_core.engine.llm import LLM
 
+    sampler = sampler or SamplerSettings()
     return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
-               progress=_progress(), config=EngineConfig(kv_cache_gib=kv_cache_gib))
+               samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
+               config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
+               speculative=speculative)
+
+
+def check_sampling(llm: LLM, params: SamplingParams) -> None:
+    """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
+    from pyagent_core.engine.request import Request
+
+    llm.engine.sampler.check_params(Request("cli", [0], params))
 
 
 def read_prompts(path: Path) -> list[Prompt]:
@@ -97,7 +115,14 @@ def _record(output: RequestOutput, backends: dict[str, str]) -> dict[str, Any]:
         "time_to_first_token_s": metrics.time_to_first_token if metrics else None,
         "decode_tokens_per_s": metrics.decode_tokens_per_s if metrics else None,
         "total_time_s": metrics.total_time if metrics else None,
+        "cached_prompt_tokens": output.num_cached_tokens,
+        "grammar": output.structured.to_dict() if output.structured else None,
     }
+
+
+def _backends(llm: LLM, outputs: list[RequestOutput]) -> dict[str, str]:
+    grammar = constraints.grammar_backends(outputs)
+    return llm.engine.backends if grammar is None else {**llm.engine.backends, "grammar": grammar}
 
 
 def _summary(finals: list[RequestOutput], backends: dict[str, str], wall: float) -> str:
@@ -109,7 +134,9 @@ def _summary(finals: list[RequestOutput], backends: dict[str, str], wall: float)
     used = ", ".join(f"{kind}={name}" for kind, name in backends.items())
     ttft = f"{1000 * sum(ttfts) / len(ttfts):.0f} ms" if ttfts else "-"
     per_stream = f"{sum(decode) / len(decode):.1f} tok/s per request" if decode else "- tok/s"
-    return (f"[{used}] {len(done)}/{len(finals)} requests, {prompt_tokens} prompt + {output_tokens} output "
+    cached = sum(o.num_cached_tokens for o in done)
+    prompt = f"{prompt_tokens} prompt ({cached} cached)" if cached else f"{prompt_tokens} prompt"
+    return (f"[{used}] {len(done)}/{len(finals)} requests, {prompt} + {output_tokens} output "
             f"tokens, ttft {ttft}, decode {per_stream}, {output_tokens / wall:.1f} tok/s overall")
 
 
@@ -133,8 +160,21 @@ def generate(
     raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per request instead of text.")] = False,
     kv_cache_gib: KvOpt = 1.0,
+    json_schema: constraints.JsonSchemaOpt = None, json_object: constraints.JsonObjectOpt = False,
+    regex: constraints.RegexOpt = None, choice: constraints.ChoiceOpt = None, grammar: constraints.GrammarOpt = None,
+    grammar_backend: constraints.GrammarBackendOpt = "auto", no_grammar_fallback: constraints.NoFallbackOpt = False,
+    grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
+    speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
+    spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
+    prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
+    eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
+    offload_blocks: cache_flags.OffloadOpt = 0, schedule: cache_flags.ScheduleOpt = "fcfs",
 ) -> None:
-    """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line."""
+    """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line.
+
+    With a constraint (--json-schema, --json-object, --regex, --choice or --grammar) the output follows it;
+    the summary names the grammar backend that served it and the tokens jump-forward appended.
+    """
     import time
 
     from pyagent_core.engine.params import SamplingParams
@@ -142,16 +182,24 @@ def generate(
     if (prompt is None) == (input_file is None):
         raise RequestError("give a PROMPT or --input FILE (exactly one)")
     prompts: list[Prompt] = read_prompts(input_file) if input_file else [prompt or ""]
+    structured_config = constraints.structured_config(grammar_order, grammar_timeout)
+    structured = constraints.structured_params(json_schema, json_object, regex, choice, grammar, grammar_backend,
+                                               no_grammar_fallback, structured_config)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                            seed=seed, stop=tuple(stop or ()))
-    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib)
+                            seed=seed, stop=tuple(stop or ()), structured=structured,
+                            extra=sampler.params if sampler else {})
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
+                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler,
+                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule))
+    check_sampling(llm, params)
     started = time.perf_counter()
     single = len(prompts) == 1 and not json_out
     finals = []
     for output in _run(llm, prompts, params, not raw, system, stream_text=single):
         finals.append(output)
         if json_out:
-            sys.stdout.write(json.dumps(_record(output, llm.engine.backends)) + "\n")
+            record = {**_record(output, _backends(llm, [output])), "speculative": spec_cli.speculative_stats(llm)}
+            sys.stdout.write(json.dumps(record) + "\n")
         elif single:
             sys.stdout.write("\n")
         elif output.error is None:
@@ -159,7 +207,8 @@ def generate(
         if output.error is not None:
             error(f"request {output.request_id}: {output.error}")
     llm.close()
-    typer.echo(_summary(finals, llm.engine.backends, time.perf_counter() - started), err=True)
+    summary = _summary(finals, _backends(llm, finals), time.perf_counter() - started)
+    typer.echo(summary + constraints.grammar_notes(finals) + spec_cli.speculative_notes(llm), err=True)
     if any(o.error is not None for o in finals):
         raise typer.Exit(2)
 
@@ -168,13 +217,22 @@ def chat(
     model: ModelOpt = None, dtype: DtypeOpt = "bfloat16", attention: AttentionOpt = None,
     attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512, temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
-    kv_cache_gib: KvOpt = 1.0,
+    kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
+    tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
+    reasoning_parser: parse_cli.ReasoningOpt = None,
 ) -> None:
-    """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits."""
+    """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
+
+    With --tool-parser / --reasoning-parser each reply is parsed: reasoning is shown dimmed, tool calls
+    in a table; --tools offers tools to the model (through its chat template, when it takes them).
+    """
     from pyagent_core.engine.params import SamplingParams
 
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib)
+    parsing = parse_cli.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            extra=sampler.params if sampler else {})
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler)
+    check_sampling(llm, params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()
     while True:
@@ -190,8 +248,11 @@ def chat(
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        (reply,) = list(_run(llm, [history], params, True, None, stream_text=True))
-        sys.stdout.write("\n")
+        if parsing is None:
+            (reply,) = list(_run(llm, [history], params, True, None, stream_text=True))
+            sys.stdout.write("\n")
+        else:
+            reply = parsing.reply(llm, history, params)
         if reply.error is not None:
             history.pop()
             error(reply.error)
@@ -202,5 +263,5 @@ def chat(
 
 def register(app: typer.Typer) -> None:
     """Add ``generate`` and ``chat`` to ``app``."""
-    app.command("generate")(generate)
-    app.command("chat")(chat)
+    app.command("generate")(with_sampler_flags(generate))
+    app.command("chat")(with_sampler_flags(chat))

@@ -14,15 +14,16 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Print a rich table; cells are converted with ``str`` (``None`` prints as empty)."""
+    """Print a rich table; cells are converted with ``str`` and shown literally (``None`` prints as empty)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*("" if cell is None else escape(str(cell)) for cell in row))  # text, not markup
     Console().print(table)
 
 

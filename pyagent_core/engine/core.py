@@ -16,17 +16,20 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.engine.block_pool import BlockPool
 from pyagent_core.engine.output import TextTracker
 from pyagent_core.engine.params import SamplingParams
+from pyagent_core.engine.prefix_cache import build_block_pool, cache_counters, check_cache_config
 from pyagent_core.engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from pyagent_core.engine.runner import ModelRunner
-from pyagent_core.engine.sampling import DEFAULT_PROCESSORS, SamplerChain
+from pyagent_core.engine.sampling import SamplerChain
 from pyagent_core.engine.scheduler import Scheduler
+from pyagent_core.engine.speculative import SpeculativeConfig, SpeculativeDecoder
 from pyagent_core.errors import BackendUnavailableError, RequestError
 from pyagent_core.models.llama import allocate_kv_caches
 from pyagent_core.models.loader import LoadedModel
 from pyagent_core.registry import Registry, Selection, get_registry
+from pyagent_core.structured.orchestrator import StructuredConfig
+from pyagent_core.structured.runtime import StructuredOutputs
 from pyagent_core.types import AttentionSpec
 
 
@@ -39,12 +42,24 @@ class EngineConfig:
         kv_cache_gib: memory for the KV cache of all layers, in GiB.
         max_num_seqs: the most requests running at once.
         max_num_batched_tokens: the token budget of one step (prefill chunks plus decodes).
+        prefix_caching: share computed full KV blocks between requests by chained hash.
+        eviction: the eviction policy of the prefix cache (default: the registry's selection);
+            ``eviction_options`` its options.
+        kv_hash: block hash function: ``sha256``, ``xxhash`` or ``builtin``.
+        offload_blocks: capacity in blocks of the host-memory tier that evicted blocks go down to (0: none).
+        schedule: waiting-queue order: ``fcfs``, or ``prefix`` (longest cached prefix first).
     """
 
     block_size: int = 16
     kv_cache_gib: float = 1.0
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 1024
+    prefix_caching: bool = False
+    eviction: str | None = None
+    eviction_options: Mapping[str, Any] = attrs.field(factory=dict)
+    kv_hash: str = "sha256"
+    offload_blocks: int = 0
+    schedule: str = "fcfs"
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -52,6 +67,7 @@ class EngineConfig:
                 raise RequestError(f"{name} must be positive, got {getattr(self, name)}")
         if self.kv_cache_gib <= 0:
             raise RequestError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
+        check_cache_config(self)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -66,13 +82,20 @@ class Engine:
         registry: where backends are selected (default: the installed plugins).
         attention: attention backend name (default: selection precedence of the registry).
         attention_options: options for it (``--attention-opt``).
-        samplers: logits processor names in chain order; greedy and multinomial select tokens.
+        samplers: logits processors in chain order (names or an order string such as
+            ``"top_k,top_p,temperature"``; default: ``sampling.DEFAULT_ORDER`` less what is not installed);
+            greedy and multinomial select tokens.
+        sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
         config: cache and batch sizes.
+        structured: structured-output settings (grammar fallback order, compile cache and limits).
+        speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
     """
 
     def __init__(self, loaded: LoadedModel, *, registry: Registry | None = None, attention: str | None = None,
                  attention_options: Mapping[str, Any] | None = None,
-                 samplers: Sequence[str] = DEFAULT_PROCESSORS, config: EngineConfig | None = None) -> None:
+                 samplers: str | Sequence[str] | None = None,
+                 sampler_options: Mapping[str, Mapping[str, Any]] | None = None, config: EngineConfig | None = None,
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None) -> None:
         self.loaded = loaded
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
@@ -88,9 +111,15 @@ class Engine:
         self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))
         caches = allocate_kv_caches(model_config, self.num_blocks, self.config.block_size, loaded.dtype)
         self.runner = ModelRunner(loaded.model, backend, caches, self.config.block_size)
-        self.scheduler = Scheduler(BlockPool(self.num_blocks), self.config.block_size,
-                                   self.config.max_num_seqs, self.config.max_num_batched_tokens)
-        self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers)
+        pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
+        self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
+                                   self.config.max_num_batched_tokens, self.config.schedule)
+        self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers, sampler_options,
+                                    model_config.eos_token_ids)
+        self.speculative = None if speculative is None else SpeculativeDecoder(
+            self.registry, speculative, model_config.vocab_size, target=loaded)
+        self.structured = StructuredOutputs(self.registry, loaded.tokenizer, model_config.eos_token_ids,
+                                            model_config.vocab_size, structured)
         self.trackers: dict[str, TextTracker] = {}
         self._ids = itertools.count()
         self._fire("pyagent_engine_started", engine=self)
@@ -113,7 +142,12 @@ class Engine:
     @property
     def backends(self) -> dict[str, str]:
         """The backend chosen for each stage, by kind."""
-        return {"attention": self.attention_selection.backend.name, "sampler": ",".join(self.sampler.names)}
+        chosen = {"attention": self.attention_selection.backend.name, "sampler": ",".join(self.sampler.names)}
+        if self.eviction_selection is not None:
+            chosen["eviction"] = self.eviction_selection.backend.name
+        if self.speculative is not None:
+            chosen["proposer"] = self.speculative.name
+        return chosen
 
     def _fire(self, hook: str, **kwargs: Any) -> None:
         for plugin, error in self.registry.call_hook(hook, **kwargs):
@@ -140,14 +174,18 @@ class Engine:
             raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
                                "raise kv_cache_gib or lower max_tokens")
         request = Request(request_id or f"req-{next(self._ids)}", ids, params, prompt=prompt)
+        self.sampler.check_params(request)
+        if params.structured is not None:
+            self.structured.submit(request)  # checked now; scheduled once its grammar is compiled
         self.trackers[request.request_id] = TextTracker(self.loaded.tokenizer, ids, params.stop)
-        self.scheduler.add(request)
+        if params.structured is None:
+            self.scheduler.add(request)
         self._fire("pyagent_request_added", engine=self, request=request)
         return request
 
     def has_unfinished(self) -> bool:
-        """True while any request waits or runs."""
-        return self.scheduler.has_work()
+        """True while any request waits (for its grammar or to be scheduled) or runs."""
+        return self.scheduler.has_work() or self.structured.has_pending()
 
     def abort(self, request: Request) -> RequestOutput:
         """Stop ``request`` now; its output so far is reported with finish reason ``abort``."""
@@ -158,22 +196,29 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one step; return an output for every request that produced text or finished."""
         started = time.perf_counter()
+        outputs = self._admit_structured()
+        if self.speculative is not None:  # grammar-constrained requests are not drafted for
+            self.speculative.propose([r for r in self.scheduler.running if self.structured.params_of(r) is None],
+                                     self.loaded.config.max_position_embeddings)
         plan = self.scheduler.schedule()
         if not plan.chunks:
-            return [self._finish(r, "error", "no KV blocks free for it") for r in list(self.scheduler.waiting)[:1]]
+            return outputs + [self._finish(r, "error", "no KV blocks free for it")
+                              for r in list(self.scheduler.waiting)[:1]]
         sampled = [c.request for c in plan.chunks if c.sample]
         try:
             logits = self.runner.execute(plan.chunks, sampled)
         except Exception as error:  # a failing backend ends this batch's requests, not the engine
-            return [self._finish(c.request, "error", f"model step failed: {type(error).__name__}: {error}")
-                    for c in plan.chunks]
+            return outputs + [self._finish(c.request, "error", f"model step failed: {type(error).__name__}: {error}")
+                              for c in plan.chunks]
         for chunk in plan.chunks:
-            chunk.request.num_computed_tokens += chunk.num_tokens
-        outputs = []
-        if sampled:
+            chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
+        if sampled and self.speculative is not None:
+            outputs.extend(self._verify_drafts(sampled, logits, time.perf_counter()))
+        elif sampled:
             now = time.perf_counter()
+            self.structured.apply_masks(sampled, logits)
             for request, token in zip(sampled, self.sampler.sample(sampled, logits), strict=True):
-                outputs.append(self._append(request, token, now))
+                outputs.append(self._append_sampled(request, token, now))
         self._fire("pyagent_step_finished", engine=self, stats={
             "num_scheduled_tokens": plan.num_tokens,
             "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
@@ -183,9 +228,51 @@ class Engine:
             "num_preempted": len(plan.preempted),
             "kv_blocks_free": self.scheduler.pool.num_free,
             "kv_blocks_total": self.num_blocks,
+            "num_cached_tokens": plan.num_cached_tokens,
+            **cache_counters(self.scheduler.pool),
+            **({} if self.speculative is None
+               else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
         })
         return outputs
+
+    def _verify_drafts(self, sampled: list[Request], logits: torch.Tensor, now: float) -> list[RequestOutput]:
+        """Verify this step's drafts (see :mod:`pyagent_core.engine.speculative`) and append what each emits."""
+        assert self.speculative is not None
+        emitted = self.speculative.verify(sampled, logits, self.sampler, mask=self.structured.apply_masks)
+        outputs = []
+        for request, tokens in zip(sampled, emitted, strict=True):
+            self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
+            for token in tokens:
+                outputs.append(self._append_sampled(request, token, now))
+                if outputs[-1].finished:
+                    break
+        return outputs
+
+    def _admit_structured(self) -> list[RequestOutput]:
+        """Schedule requests whose grammar is compiled; fail those whose compile failed or timed out.
+
+        Waits for a compile only when nothing else can run.
+        """
+        if not self.structured.has_pending():
+            return []
+        ready, failed = self.structured.poll(block=not self.scheduler.has_work())
+        for request in ready:
+            self.scheduler.add(request)
+        return [self._finish(request, "error", str(error)) for request, error in failed]
+
+    def _append_sampled(self, request: Request, token: int, now: float) -> RequestOutput:
+        """Append a sampled token (through the request's grammar, if any), then the tokens it forces."""
+        problem = self.structured.accept(request, token)
+        if problem is not None:
+            return self._finish(request, "error", problem)
+        output = self._append(request, token, now)
+        for forced in [] if output.finished else self.structured.jump_forward(request):
+            later = self._append(request, forced, now)
+            output = attrs.evolve(later, delta=output.delta + later.delta)
+            if later.finished:
+                break
+        return output
 
     def _append(self, request: Request, token: int, now: float) -> RequestOutput:
         request.output_token_ids.append(token)
@@ -211,6 +298,9 @@ class Engine:
         request.finish_time = time.perf_counter()
         self.trackers[request.request_id].finish()
         output = self._report(request, final=True)
+        self.structured.release(request)
+        if self.speculative is not None:
+            self.speculative.finished(request)
         del self.trackers[request.request_id]
         self._fire("pyagent_request_finished", engine=self, request=request, reason=reason)
         return output
@@ -232,10 +322,12 @@ class Engine:
             request_id=request.request_id, prompt=request.prompt, prompt_token_ids=request.prompt_token_ids,
             output_token_ids=list(request.output_token_ids), text=tracker.text, delta=tracker.delta(final),
             finished=final, finish_reason=request.finish_reason, error=request.error, metrics=metrics,
+            num_cached_tokens=request.num_cached_tokens, structured=self.structured.report(request),
         )
 
     def close(self) -> None:
         """Abort what is left and fire ``pyagent_engine_stopped``."""
-        for request in [*self.scheduler.running, *self.scheduler.waiting]:
+        for request in [*self.scheduler.running, *self.scheduler.waiting, *self.structured.pending_requests()]:
             self.abort(request)
+        self.structured.close()
         self._fire("pyagent_engine_stopped", engine=self)

@@ -13,11 +13,12 @@ from typing import Any
 from pyagent_core.engine.core import Engine, EngineConfig
 from pyagent_core.engine.params import SamplingParams
 from pyagent_core.engine.request import RequestOutput
-from pyagent_core.engine.sampling import DEFAULT_PROCESSORS
+from pyagent_core.engine.speculative import SpeculativeConfig
 from pyagent_core.errors import RequestError
 from pyagent_core.models.gguf_file import ProgressCallback
 from pyagent_core.models.loader import load_model
 from pyagent_core.registry import Registry
+from pyagent_core.structured.orchestrator import StructuredConfig
 
 Messages = Sequence[Mapping[str, Any]]
 Prompt = str | Messages | Sequence[int]
@@ -30,19 +31,26 @@ class LLM:
         model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
         dtype: ``"bfloat16"`` (default, the faster on CPU) or ``"float32"``.
         attention: attention backend name; ``attention_options`` its options.
-        samplers: logits processors in chain order.
+        samplers: logits processors in chain order (names or an order string; default: the default order).
+        sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
         registry: where plugins come from (default: the installed ones).
         progress: ``progress(done, total, what)`` while a model is converted the first time.
         config: cache and batch sizes.
+        structured: structured-output settings (grammar fallback order, compile cache and limits).
+        speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
     """
 
     def __init__(self, model: str | None = None, *, dtype: str = "bfloat16", attention: str | None = None,
                  attention_options: Mapping[str, Any] | None = None,
-                 samplers: Sequence[str] = DEFAULT_PROCESSORS, registry: Registry | None = None,
-                 progress: ProgressCallback | None = None, config: EngineConfig | None = None) -> None:
+                 samplers: str | Sequence[str] | None = None,
+                 sampler_options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
+                 progress: ProgressCallback | None = None, config: EngineConfig | None = None,
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None) -> None:
         self.loaded = load_model(model, dtype, progress=progress)
         self.engine = Engine(self.loaded, registry=registry, attention=attention,
-                             attention_options=attention_options, samplers=samplers, config=config)
+                             attention_options=attention_options, samplers=samplers,
+                             sampler_options=sampler_options, config=config, structured=structured,
+                             speculative=speculative)
 
     @property
     def tokenizer(self) -> Any:

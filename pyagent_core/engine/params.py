@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from pyagent_core.errors import RequestError
+from pyagent_core.structured.params import StructuredOutputParams
 
 
 def _check(condition: bool, message: str) -> None:
@@ -37,6 +38,10 @@ class SamplingParams:
         stop_token_ids: token ids that end generation (besides the model's end-of-sequence ids).
         ignore_eos: keep generating past end-of-sequence tokens.
         extra: parameters for other samplers in the chain, by name (e.g. ``{"min_p": 0.05}``).
+        cache_salt: mixed into the prefix-cache hash of the first block, so only requests with the
+            same salt share cached blocks (isolates tenants); ``None``: no salt.
+        skip_prefix_cache: keep this request out of the prefix cache (it neither reads nor adds blocks).
+        structured: a structured-output constraint and the grammar backend to serve it (``None``: free text).
     """
 
     max_tokens: int = 128
@@ -48,6 +53,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = attrs.field(default=(), converter=_tuple)
     ignore_eos: bool = False
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
+    cache_salt: str | None = None
+    skip_prefix_cache: bool = False
+    structured: StructuredOutputParams | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(isinstance(self.max_tokens, int) and self.max_tokens > 0,
@@ -64,6 +72,12 @@ class SamplingParams:
                f"stop must be non-empty strings, got {list(self.stop)!r}")
         _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
                f"stop_token_ids must be non-negative integers, got {list(self.stop_token_ids)!r}")
+        _check(self.cache_salt is None or (isinstance(self.cache_salt, str) and self.cache_salt != ""),
+               f"cache_salt must be a non-empty string or None, got {self.cache_salt!r}")
+        _check(isinstance(self.skip_prefix_cache, bool),
+               f"skip_prefix_cache must be True or False, got {self.skip_prefix_cache!r}")
+        _check(self.structured is None or isinstance(self.structured, StructuredOutputParams),
+               f"structured must be a StructuredOutputParams or None, got {self.structured!r}")
 
     @property
     def greedy(self) -> bool:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import TYPE_CHECKING
 
 import attrs
 
+from pyagent_core.engine.block_hash import BlockHash
 from pyagent_core.engine.params import SamplingParams
+from pyagent_core.interfaces.proposer import DraftTree
+
+if TYPE_CHECKING:
+    from pyagent_core.structured.report import StructuredReport
 
 
 class RequestStatus(enum.Enum):
@@ -24,6 +30,10 @@ class Request:
 
     ``num_computed_tokens`` counts the tokens (prompt, then outputs) whose keys and values are in
     the cache. After a preemption it drops to 0 and the request recomputes prompt and outputs.
+    With prefix caching, ``block_hashes`` holds the chained hashes of its full blocks (computed on
+    demand) and ``num_cached_tokens`` the prompt tokens found cached when it was first admitted.
+    With speculative decoding, ``draft`` is the draft verified with it this step (see
+    :mod:`pyagent_core.engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
     """
 
     request_id: str
@@ -40,6 +50,10 @@ class Request:
     first_token_time: float | None = None
     finish_time: float | None = None
     num_preemptions: int = 0
+    block_hashes: list[BlockHash] = attrs.field(factory=list)
+    num_cached_tokens: int = 0
+    draft: DraftTree | None = None
+    accepted_nodes: list[int] = attrs.field(factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -75,6 +89,8 @@ class RequestOutput:
 
     ``text`` is the whole output text so far; ``delta`` the part new since the previous report.
     ``error`` is set (with ``finish_reason == "error"``) when this request failed; the others go on.
+    ``num_cached_tokens``: prompt tokens served from the prefix cache instead of being computed.
+    ``structured``: for a constrained request, the grammar backend serving it and its jump-forward count.
     """
 
     request_id: str
@@ -87,3 +103,5 @@ class RequestOutput:
     finish_reason: str | None = None
     error: str | None = None
     metrics: RequestMetrics | None = None
+    num_cached_tokens: int = 0
+    structured: StructuredReport | None = None

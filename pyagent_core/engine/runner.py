@@ -9,6 +9,7 @@ import torch
 
 from pyagent_core.engine.request import Request
 from pyagent_core.engine.scheduler import ScheduledChunk
+from pyagent_core.engine.speculative import draft_positions, tree_mask
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 
 
@@ -31,13 +32,17 @@ class ModelRunner:
         self.block_size = block_size
 
     def execute(self, chunks: Sequence[ScheduledChunk], sampled: Sequence[Request]) -> torch.Tensor:
-        """Compute the chunks' tokens; return logits ``[len(sampled), vocab]`` in ``sampled`` order."""
+        """Compute the chunks' tokens; return logits ``[len(sampled), vocab]`` in ``sampled`` order.
+
+        A request carrying a draft (``request.draft``) gets ``1 + len(draft)`` rows instead of one:
+        its last real token, then each draft node (see :mod:`pyagent_core.engine.speculative`).
+        """
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
         seq_lens: list[int] = []
         starts = [0]
-        last_index: dict[int, int] = {}
+        rows: dict[int, range] = {}
         bs = self.block_size
         for chunk in chunks:
             request = chunk.request
@@ -48,9 +53,13 @@ class ModelRunner:
             for pos in range(start, stop):
                 positions.append(pos)
                 slots.append(blocks[pos // bs] * bs + pos % bs)
+            draft = request.draft
+            if draft is not None:
+                ids.extend(draft.token_ids)
+                positions[len(positions) - len(draft):] = draft_positions(start, draft)
             seq_lens.append(stop)
             starts.append(starts[-1] + chunk.num_tokens)
-            last_index[id(request)] = starts[-1] - 1
+            rows[id(request)] = range(starts[-1] - 1 - (0 if draft is None else len(draft)), starts[-1])
         width = max(len(c.request.block_ids) for c in chunks)
         tables = torch.zeros((len(chunks), width), dtype=torch.int32)
         for row, chunk in enumerate(chunks):
@@ -63,8 +72,9 @@ class ModelRunner:
             query_start_loc=torch.tensor(starts, dtype=torch.int32),
             max_query_len=max(c.num_tokens for c in chunks),
             max_seq_len=max(seq_lens),
+            tree_mask=tree_mask(chunks, max(c.num_tokens for c in chunks)),
         )
-        logits_indices = torch.tensor([last_index[id(r)] for r in sampled], dtype=torch.long)
+        logits_indices = torch.tensor([i for r in sampled for i in rows[id(r)]], dtype=torch.long)
         with torch.inference_mode():
             return self.model.forward(
                 torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),

@@ -5,6 +5,8 @@ through the :class:`~pyagent_core.interfaces.attention.AttentionBackend` (which 
 keys and values into the layer's cache), output projection and residual; RMSNorm, a fused
 gate/up projection, SwiGLU, down projection and residual. A final RMSNorm and the output head
 (tied to the embedding when the model says so) give float32 logits for the requested rows only.
+Every matrix product goes through :func:`pyagent_kernels.linear.linear`, whose rows do not depend
+on the other rows of the batch, so a sequence's tokens do not depend on its batch.
 
 The batch is flat: ``num_tokens`` new tokens of any number of sequences, placed by the attention
 metadata, so prefill, chunked prefill and decode steps are the same call.
@@ -17,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import torch
 import torch.nn.functional as F
+from pyagent_kernels.linear import linear
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
@@ -61,30 +64,6 @@ def check_weights(config: ModelConfig, weights: Mapping[str, torch.Tensor]) -> N
                 f"model {config.name!r}: weight {name} has shape {list(weights[name].shape)}, "
                 f"the config implies {list(shape)}"
             )
-
-
-#: Rows per matrix product. torch's CPU kernels give a row different bits depending on how many
-#: rows share the product and where the row sits, but a product of exactly this many rows gives
-#: each row the same bits whatever its neighbours: so every row goes through such a product.
-ROW_TILE = 32
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` for ``x [rows, in]`` and ``weight [out, in]``, batch-invariant.
-
-    Rows are computed in products of exactly :data:`ROW_TILE` rows (the last one zero-padded), so
-    a sequence's activations, and hence its tokens, do not depend on which other sequences share
-    its step. One bfloat16 row goes through a matrix-vector product instead, which gives the same
-    bits as a row of a tile and is about 1.7x faster than the tile
-    (``test_bfloat16_decode_is_batch_invariant``).
-    """
-    rows = x.shape[0]
-    if rows == 1 and x.dtype == torch.bfloat16:
-        return torch.mv(weight, x[0]).unsqueeze(0)
-    padding = -rows % ROW_TILE
-    if padding:
-        x = torch.cat((x, x.new_zeros(padding, x.shape[1])))
-    return torch.cat([F.linear(tile, weight) for tile in x.split(ROW_TILE)])[:rows]
 
 
 def allocate_kv_caches(
@@ -175,7 +154,10 @@ class LlamaModel:
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm computed in float32, scaled by ``weight`` in the working dtype."""
+        """RMSNorm computed in float32, rounded to the working dtype, then scaled by ``weight`` (as
+        transformers does); in float32 one fused call gives the same bits."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), weight, eps=self.config.rms_norm_eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.config.rms_norm_eps)
         return weight * normed.to(x.dtype)
 
@@ -226,4 +208,4 @@ class LlamaModel:
             gate, up = linear(self._rms_norm(hidden, layer.post_norm), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + linear(F.silu(gate) * up, layer.down)
         last = self._rms_norm(hidden[logits_indices], self.norm)
-        return linear(last, self.lm_head).float()
+        return linear(last, self.lm_head, out_dtype=torch.float32)

@@ -49,3 +49,21 @@ def test_generate_errors(cli, tmp_path, args, message):
     result = cli(*args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_chat_keeps_the_history_and_reset_forgets_it(cli, tmp_path, llm_bf16):
+    """Each reply is streamed on stdout; the second turn sees the first; /reset starts over; /exit quits."""
+    from pyagent_core.engine.params import SamplingParams
+
+    first, second = "What is the capital of France?", "And of Italy?"
+    turns = [first, second, "/reset", second, "/exit", "never read"]
+    result = cli("chat", "--temperature", "0", "--max-tokens", "12", stdin="\n".join(turns) + "\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+    def reply(*messages: str) -> str:
+        chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": m} for i, m in enumerate(messages)]
+        return llm_bf16.generate([chat], SamplingParams(temperature=0, max_tokens=12))[0].text
+
+    answer = reply(first)
+    expected = [answer, reply(first, answer, second), reply(second)]
+    assert result.stdout == "".join(text + "\n" for text in expected)
