@@ -1,0 +1,70 @@
+"""The draft-model proposer: a second pyagent engine drafting greedily for the target.
+
+Each :meth:`DraftModelProposer.propose` submits every request's context (prompt and output so far)
+to the draft engine as a new greedy request of ``max_tokens`` tokens and runs the engine until they
+finish. The draft engine caches prefixes, so the context's full blocks come from its cache and only
+the last, partial block is recomputed: no per-request state has to be rolled back when the target
+rejects part of a draft.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyagent_core.engine.core import Engine, EngineConfig
+from pyagent_core.engine.params import SamplingParams
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.models.loader import LoadedModel, load_model
+
+
+def tokenizer_mismatch(target: LoadedModel, draft: LoadedModel) -> str | None:
+    """Why ``draft`` cannot draft for ``target`` (a different vocabulary), or ``None``."""
+    size, draft_size = target.tokenizer.vocab_size, draft.tokenizer.vocab_size
+    if size != draft_size:
+        return f"the draft model's vocabulary has {draft_size} tokens, the target's {size}"
+    for token_id in range(size):
+        text, draft_text = target.tokenizer.id_to_token(token_id), draft.tokenizer.id_to_token(token_id)
+        if text != draft_text:
+            return f"token {token_id} is {text!r} for the target but {draft_text!r} for the draft model"
+    return None
+
+
+class DraftModelProposer(Proposer):
+    """Drafts the next tokens of each request with a smaller model of the same tokenizer.
+
+    Args:
+        options: ``model``, ``dtype``, ``max_tokens``, ``kv_cache_gib`` (see the plugin's spec).
+        target: the engine's model, whose tokenizer the draft model must share.
+
+    Raises:
+        RequestError: the draft model's tokenizer is not the target's.
+    """
+
+    def __init__(self, options: Mapping[str, Any], *, target: LoadedModel) -> None:
+        super().__init__(options)
+        draft = load_model(self.options["model"] or None, self.options["dtype"])
+        problem = tokenizer_mismatch(target, draft)
+        if problem is not None:
+            raise RequestError(f"draft-model cannot draft for this model: {problem}; choose a draft model "
+                               "trained with the target's tokenizer")
+        config = EngineConfig(kv_cache_gib=float(self.options["kv_cache_gib"]), prefix_caching=True)
+        self.engine = Engine(draft, config=config)
+
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        """A greedy chain of up to ``min(max_tokens, options["max_tokens"])`` tokens per request."""
+        count = min(max_tokens, int(self.options["max_tokens"]))
+        if count <= 0:
+            return [None] * len(requests)
+        params = SamplingParams(max_tokens=count, temperature=0.0, ignore_eos=True)
+        submitted = []
+        for request in requests:
+            try:
+                submitted.append(self.engine.add_request(request.all_token_ids(), params))
+            except RequestError:  # context too long for the draft engine: no guess for this request
+                submitted.append(None)
+        while self.engine.has_unfinished():
+            self.engine.step()
+        return [None if r is None or r.error is not None or not r.output_token_ids
+                else DraftTree.chain(r.output_token_ids) for r in submitted]
