@@ -37,6 +37,12 @@ bench: install
 	$(BIN)/python benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
 	$(BIN)/python csrc/benchmarks/bench_attention.py --out benchmarks/results/attention.json
 	$(BIN)/pyagent bench engine --out benchmarks/results/engine.json
+	$(BIN)/pyagent bench samplers --out benchmarks/results/samplers.json
+	$(BIN)/pyagent bench kvcache --out benchmarks/results/kvcache.json
+	$(BIN)/pyagent bench prefix-cache --out benchmarks/results/prefix_cache.json
+	$(BIN)/pyagent bench parsers --out benchmarks/results/parsers.json
+	$(BIN)/pyagent bench spec-decode --out benchmarks/results/spec_decode.json
+	$(BIN)/pyagent bench grammars --out benchmarks/results/grammars.json
 
 clean:
 	rm -rf $(VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache
