@@ -20,7 +20,7 @@ from pyagent_core.engine.output import TextTracker
 from pyagent_core.engine.params import SamplingParams
 from pyagent_core.engine.prefix_cache import build_block_pool, cache_counters, check_cache_config
 from pyagent_core.engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
-from pyagent_core.engine.runner import ModelRunner
+from pyagent_core.engine.runner import ModelRunner, torch_on_one_thread
 from pyagent_core.engine.sampling import SamplerChain
 from pyagent_core.engine.scheduler import Scheduler
 from pyagent_core.engine.speculative import SpeculativeConfig, SpeculativeDecoder
@@ -195,6 +195,10 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         """Run one step; return an output for every request that produced text or finished."""
+        with torch_on_one_thread():
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
         started = time.perf_counter()
         outputs = self._admit_structured()
         if self.speculative is not None:  # grammar-constrained requests are not drafted for

@@ -169,6 +169,7 @@ class LlamaModel:
         metadata: AttentionMetadata,
         attention: AttentionBackend,
         logits_indices: torch.Tensor,
+        threads: int | None = None,
     ) -> torch.Tensor:
         """Run the new tokens of a batch through the model; return float32 logits of chosen rows.
 
@@ -182,6 +183,7 @@ class LlamaModel:
                 :attr:`ModelConfig.attention_scale`; it writes each layer's new keys and values.
             logits_indices: ``int64 [n]``, the rows of the batch to compute logits for (usually
                 the last new token of each sequence).
+            threads: threads of the linear layers' C kernel (default: torch's intra-op thread count).
 
         Returns:
             ``float32 [n, vocab_size]`` logits.
@@ -192,7 +194,7 @@ class LlamaModel:
         sin = self.rope_sin[positions].unsqueeze(1)
         hidden = F.embedding(input_ids, self.embed_tokens)
         for index, layer in enumerate(self.layers):
-            qkv = linear(self._rms_norm(hidden, layer.input_norm), layer.qkv)
+            qkv = linear(self._rms_norm(hidden, layer.input_norm), layer.qkv, threads=threads)
             qk = qkv[:, : (heads + kv_heads) * dim].view(tokens, heads + kv_heads, dim)
             first, second = qk.chunk(2, dim=-1)  # rotate-half RoPE, queries and keys at once
             qk = qk * cos + torch.cat((-second, first), dim=-1) * sin
@@ -204,8 +206,8 @@ class LlamaModel:
                 metadata,
                 index,
             )
-            hidden = hidden + linear(out.reshape(tokens, heads * dim), layer.o_proj)
-            gate, up = linear(self._rms_norm(hidden, layer.post_norm), layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + linear(F.silu(gate) * up, layer.down)
+            hidden = hidden + linear(out.reshape(tokens, heads * dim), layer.o_proj, threads=threads)
+            gate, up = linear(self._rms_norm(hidden, layer.post_norm), layer.gate_up, threads=threads).chunk(2, dim=-1)
+            hidden = hidden + linear(F.silu(gate) * up, layer.down, threads=threads)
         last = self._rms_norm(hidden[logits_indices], self.norm)
-        return linear(last, self.lm_head, out_dtype=torch.float32)
+        return linear(last, self.lm_head, out_dtype=torch.float32, threads=threads)

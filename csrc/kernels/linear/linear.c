@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pyagent/common.h"
 #include "pyagent/linear.h"
@@ -279,8 +278,7 @@ static struct {
     _Atomic uint64_t ticket;
     atomic_int sleepers;
     atomic_int done;       /* chunks of the current call finished */
-    int helpers;
-    pid_t owner;           /* the process that started the helpers (a forked child has none) */
+    int helpers;           /* helpers running in this process (reset in a child after fork) */
     unsigned born[MAX_THREADS]; /* the generation each helper was started in */
     const linear_job *job;
     int64_t chunks;
@@ -333,13 +331,22 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
+/* A child after fork has none of its parent's helpers. */
+static void forget_helpers(void)
+{
+    pool.helpers = 0;
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, forget_helpers);
+}
+
 /* Make sure `wanted` helpers run in this process. Called with `busy` held. */
 static void start_helpers(int wanted)
 {
-    if (pool.owner != getpid()) { /* first use, or a child after fork: its helpers did not survive */
-        pool.helpers = 0;
-        pool.owner = getpid();
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_forks);
     while (pool.helpers < wanted) {
         pthread_t id;
         pthread_attr_t attr;
