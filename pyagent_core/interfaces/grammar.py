@@ -265,3 +265,12 @@ class GrammarBackend(ABC):
     def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
         """Compile a supported constraint; raise ``ValueError`` if it is malformed (bad regex...)."""
 
+    def check_supported(self, constraint: ConstraintSpec) -> None:
+        """Raise ``ValueError`` with :meth:`supports`' reason when ``constraint`` is not supported.
+
+        Call it first in :meth:`compile`, so a direct call never compiles what :meth:`supports` refuses.
+        """
+        reason = self.supports(constraint)
+        if reason is not None:
+            raise ValueError(reason)
+

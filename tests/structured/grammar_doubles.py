@@ -121,9 +121,7 @@ class PrefixChoiceBackend(GrammarBackend):
         return None if constraint.kind == "choice" else f"only choice constraints, not {constraint.kind}"
 
     def compile(self, constraint: ConstraintSpec) -> CompiledGrammar:
-        reason = self.supports(constraint)
-        if reason is not None:
-            raise ValueError(reason)
+        self.check_supported(constraint)
         COMPILES[self.name] = COMPILES.get(self.name, 0) + 1
         return PrefixChoiceGrammar(self.tokenizer_info, tuple(constraint.choice or ()))
 

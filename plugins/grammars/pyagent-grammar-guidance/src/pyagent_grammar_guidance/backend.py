@@ -186,9 +186,7 @@ class GuidanceBackend(GrammarBackend):
 
     def compile(self, constraint: ConstraintSpec) -> GuidanceCompiled:
         """Build and validate the llguidance matcher; ``ValueError`` with llguidance's message."""
-        reason = self.supports(constraint)
-        if reason is not None:
-            raise ValueError(reason)
+        self.check_supported(constraint)
         try:
             grammar = _grammar(constraint, bool(self.options.get("coerce_one_of", False)))
         except ValueError as error:

@@ -227,9 +227,7 @@ class LmfeBackend(GrammarBackend):
 
     def compile(self, constraint: ConstraintSpec) -> LmfeCompiled:
         """Build the root parser; ``ValueError`` when the constraint is malformed."""
-        reason = self.supports(constraint)
-        if reason is not None:
-            raise ValueError(reason)
+        self.check_supported(constraint)
         try:
             parser = self._parser(constraint)
         # lm-format-enforcer raises bare Exception for schema constructs it lacks ("Unsupported type")

@@ -127,9 +127,7 @@ class XGrammarBackend(GrammarBackend):
 
     def compile(self, constraint: ConstraintSpec) -> XGrammarCompiled:
         """Compile ``constraint``; ``ValueError`` with xgrammar's message when it is malformed."""
-        reason = self.supports(constraint)
-        if reason is not None:
-            raise ValueError(reason)
+        self.check_supported(constraint)
         try:
             compiled = self._compile(constraint)
         except (RuntimeError, ValueError, TypeError) as error:
