@@ -13,6 +13,28 @@ MAX_USES = 3
 """Uses counted per block (two bits, as in the paper)."""
 
 
+
+def evict_lazily(small: OrderedDict[int, None], main: OrderedDict[int, None], uses: dict[int, int],
+                 small_limit: float) -> tuple[int, bool]:
+    """S3-FIFO's eviction walk over the two queues; returns ``(victim, whether it left small)``.
+
+    While small holds at least ``small_limit`` blocks (or main is empty) its head is taken: a block
+    used since it came in moves to main with its uses cleared, an unused one is the victim.
+    Otherwise main's head is taken: a used block goes back to main's tail with one use less (lazy
+    promotion), an unused one is the victim. The victim's entry in ``uses`` is deleted.
+    """
+    while True:
+        from_small = bool(small) and (len(small) >= small_limit or not main)
+        queue = small if from_small else main
+        block_id = queue.popitem(last=False)[0]
+        if uses[block_id]:
+            uses[block_id] = 0 if from_small else uses[block_id] - 1
+            main[block_id] = None
+            continue
+        del uses[block_id]
+        return block_id, from_small
+
+
 class S3FifoPolicy(EvictionPolicy):
     """New blocks enter the small queue; ghost hits and blocks used again enter the main queue.
 
@@ -67,25 +89,12 @@ class S3FifoPolicy(EvictionPolicy):
     def evict(self) -> int:
         """Evict from small (unused blocks) or main (unused after lazy promotion) and return it."""
         self.check_not_empty()
-        while True:
-            if self.small and (len(self.small) >= self.small_size or not self.main):
-                block_id = self.small.popitem(last=False)[0]
-                if self.uses[block_id]:
-                    self.uses[block_id] = 0
-                    self.main[block_id] = None
-                    continue
-                del self.uses[block_id]
-                self.ghost[block_id] = None
-                if len(self.ghost) > self.capacity:
-                    self.ghost.popitem(last=False)
-                return block_id
-            block_id = self.main.popitem(last=False)[0]
-            if self.uses[block_id]:
-                self.uses[block_id] -= 1
-                self.main[block_id] = None
-                continue
-            del self.uses[block_id]
-            return block_id
+        block_id, from_small = evict_lazily(self.small, self.main, self.uses, self.small_size)
+        if from_small:
+            self.ghost[block_id] = None
+            if len(self.ghost) > self.capacity:
+                self.ghost.popitem(last=False)
+        return block_id
 
     def __len__(self) -> int:
         return len(self.uses)

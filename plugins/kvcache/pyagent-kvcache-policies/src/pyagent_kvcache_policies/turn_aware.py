@@ -27,9 +27,7 @@ from typing import Any
 
 from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
-
-MAX_USES = 3
-"""Uses counted per block in the main queue."""
+from pyagent_kvcache_policies.s3fifo import MAX_USES, evict_lazily
 
 
 class TurnAwarePolicy(EvictionPolicy):
@@ -112,25 +110,14 @@ class TurnAwarePolicy(EvictionPolicy):
             block_id = self.tails.popitem(last=False)[0]
             del self.uses[block_id]
             return block_id
-        while True:
-            if self.small and (len(self.small) >= self.small_target or not self.main):
-                block_id = self.small.popitem(last=False)[0]
-                if self.uses[block_id]:
-                    self.uses[block_id] = 0
-                    self.main[block_id] = None
-                    continue
-                self.evicted_small += 1
-                self._remember(block_id, True, self.evicted_small)
-            else:
-                block_id = self.main.popitem(last=False)[0]
-                if self.uses[block_id]:
-                    self.uses[block_id] -= 1
-                    self.main[block_id] = None
-                    continue
-                self.evicted_main += 1
-                self._remember(block_id, False, self.evicted_main)
-            del self.uses[block_id]
-            return block_id
+        block_id, from_small = evict_lazily(self.small, self.main, self.uses, self.small_target)
+        if from_small:
+            self.evicted_small += 1
+            self._remember(block_id, True, self.evicted_small)
+        else:
+            self.evicted_main += 1
+            self._remember(block_id, False, self.evicted_main)
+        return block_id
 
     def __len__(self) -> int:
         return len(self.uses)
