@@ -21,7 +21,7 @@ def test_quick_engine_benchmark_reports_rows_and_ratios(cli, tmp_path):
     report = json.loads(result.stdout)
     assert json.loads(out.read_text(encoding="utf-8")) == report
     assert report["benchmark"] == "engine"
-    assert report["default_dtype"] == "bfloat16"
+    assert report["default_dtype"] == "float32"
     assert report["prompt_tokens"] and all(n > 0 for n in report["prompt_tokens"])
 
     single = report["single_stream"]
@@ -40,14 +40,14 @@ def test_quick_engine_benchmark_reports_rows_and_ratios(cli, tmp_path):
     peers = report["peers"]
     assert set(peers) == {"transformers", "llama.cpp"}
     ratios = {r["name"]: r for r in report["ratios"]}
-    assert len(ratios) == 4
+    assert len(ratios) == 5
     for ratio in ratios.values():
         assert set(ratio) == {"name", "ratio", "goal", "met"}
     if peers["transformers"]["available"]:
         assert {r["dtype"] for r in single if r["engine"] == "transformers"} == {"float32", "bfloat16"}
-        assert ratios["decode: pyagent bfloat16 / transformers float32"]["ratio"] > 0
-        assert ratios["decode: pyagent float32 / transformers float32"]["ratio"] > 0
-        assert isinstance(ratios["decode: pyagent bfloat16 / transformers float32"]["met"], bool)
+        assert ratios["decode: pyagent default (float32) / transformers float32"]["ratio"] > 0
+        assert ratios["decode: pyagent bfloat16 / transformers bfloat16"]["ratio"] > 0
+        assert isinstance(ratios["decode: pyagent float32 / transformers float32"]["met"], bool)
     else:
         assert peers["transformers"]["reason"] == "not installed"
     llama_ratio = ratios["aggregate@32: pyagent / llama.cpp single-stream decode"]

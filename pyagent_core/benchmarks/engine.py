@@ -236,14 +236,17 @@ def _ratio(name: str, numerator: dict[str, Any] | None, denominator: dict[str, A
 
 def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
     """The ratios the engine is judged by (``ratio`` is ``None`` when a side was not measured)."""
-    hf32 = _find(single, engine="transformers", dtype="float32")
-    ours, ours32 = _find(single, engine="pyagent", dtype=dtype), _find(single, engine="pyagent", dtype="float32")
+    hf32, hf16 = (_find(single, engine="transformers", dtype=name) for name in ("float32", "bfloat16"))
+    ours, ours32, ours16 = (_find(single, engine="pyagent", dtype=name) for name in (dtype, "float32", "bfloat16"))
     top = max(aggregate, key=lambda r: r["concurrency"], default=None)
     return [
-        _ratio(f"decode: pyagent {dtype} / transformers float32", ours, hf32, "decode_tok_s", "decode_tok_s", 3.0),
+        _ratio(f"decode: pyagent default ({dtype}) / transformers float32", ours, hf32, "decode_tok_s",
+               "decode_tok_s", 3.0),
         _ratio("decode: pyagent float32 / transformers float32", ours32, hf32, "decode_tok_s", "decode_tok_s", 2.0),
-        _ratio(f"prefill: pyagent {dtype} / transformers float32", ours, hf32, "prefill_tok_s", "prefill_tok_s",
+        _ratio("decode: pyagent bfloat16 / transformers bfloat16", ours16, hf16, "decode_tok_s", "decode_tok_s",
                None),
+        _ratio(f"prefill: pyagent default ({dtype}) / transformers float32", ours, hf32, "prefill_tok_s",
+               "prefill_tok_s", None),
         _ratio(f"aggregate@{top['concurrency'] if top else '-'}: pyagent / llama.cpp single-stream decode", top,
                _find(single, engine="llama.cpp"), "tok_s", "decode_tok_s", 1.0),
     ]

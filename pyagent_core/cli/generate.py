@@ -19,6 +19,7 @@ from pyagent_core.cli import speculative as spec_cli
 from pyagent_core.cli.output import error
 from pyagent_core.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_core.errors import RequestError
+from pyagent_core.models.config import DEFAULT_DTYPE
 from pyagent_core.options import parse_assignments
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
+DequantizeOpt = Annotated[bool, typer.Option(
+    "--dequantize", help="Dequantize a GGUF's Q4_0/Q4_1/Q8_0 matrices at load instead of decoding them per step.")]
 AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
 AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
@@ -63,7 +66,7 @@ def _progress() -> Callable[[int, int, str], None]:
 def build_llm(model: str | None, dtype: str, attention: str | None, attention_opt: list[str] | None,
               kv_cache_gib: float, structured: StructuredConfig | None = None,
               speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
-              cache: Mapping[str, Any] | None = None) -> LLM:
+              cache: Mapping[str, Any] | None = None, dequantize: bool = False) -> LLM:
     """Load the model and build the engine with the selected backends and sampler chain."""
     from pyagent_core.engine.core import EngineConfig
     from pyagent_core.engine.llm import LLM
@@ -72,7 +75,7 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
     return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
                samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
                config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
-               speculative=speculative)
+               speculative=speculative, quantized=not dequantize)
 
 
 def check_sampling(llm: LLM, params: SamplingParams) -> None:
@@ -153,8 +156,9 @@ def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams, chat: bool, sy
 def generate(
     prompt: Annotated[str | None, typer.Argument(help="The prompt (omit with --input).")] = None,
     input_file: Annotated[Path | None, typer.Option("--input", help="Prompts file: text lines or JSON lines.")] = None,
-    model: ModelOpt = None, dtype: DtypeOpt = "bfloat16", attention: AttentionOpt = None,
-    attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128, temperature: TemperatureOpt = 0.0,
+    model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128,
+    temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0, top_k: TopKOpt = 0, seed: SeedOpt = None, stop: StopOpt = None,
     system: SystemOpt = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
@@ -190,7 +194,8 @@ def generate(
                             extra=sampler.params if sampler else {})
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler,
-                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule))
+                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+                    dequantize)
     check_sampling(llm, params)
     started = time.perf_counter()
     single = len(prompts) == 1 and not json_out
@@ -214,8 +219,9 @@ def generate(
 
 
 def chat(
-    model: ModelOpt = None, dtype: DtypeOpt = "bfloat16", attention: AttentionOpt = None,
-    attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512, temperature: TemperatureOpt = 0.7,
+    model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512,
+    temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
     tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
@@ -231,7 +237,7 @@ def chat(
     parsing = parse_cli.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             extra=sampler.params if sampler else {})
-    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler)
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize)
     check_sampling(llm, params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     interactive = sys.stdin.isatty()

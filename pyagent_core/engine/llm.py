@@ -15,6 +15,7 @@ from pyagent_core.engine.params import SamplingParams
 from pyagent_core.engine.request import RequestOutput
 from pyagent_core.engine.speculative import SpeculativeConfig
 from pyagent_core.errors import RequestError
+from pyagent_core.models.config import DEFAULT_DTYPE
 from pyagent_core.models.gguf_file import ProgressCallback
 from pyagent_core.models.loader import load_model
 from pyagent_core.registry import Registry
@@ -29,7 +30,9 @@ class LLM:
 
     Args:
         model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
-        dtype: ``"bfloat16"`` (default, the faster on CPU) or ``"float32"``.
+        dtype: ``"float32"`` (default, see :data:`~pyagent_core.models.config.DEFAULT_DTYPE`) or ``"bfloat16"``.
+        quantized: keep a GGUF's Q4_0/Q4_1/Q8_0 matrices in their blocks (same results, fewer bytes
+            read per token); false dequantizes them at load.
         attention: attention backend name; ``attention_options`` its options.
         samplers: logits processors in chain order (names or an order string; default: the default order).
         sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
@@ -40,13 +43,14 @@ class LLM:
         speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
     """
 
-    def __init__(self, model: str | None = None, *, dtype: str = "bfloat16", attention: str | None = None,
+    def __init__(self, model: str | None = None, *, dtype: str = DEFAULT_DTYPE, attention: str | None = None,
                  attention_options: Mapping[str, Any] | None = None,
                  samplers: str | Sequence[str] | None = None,
                  sampler_options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
                  progress: ProgressCallback | None = None, config: EngineConfig | None = None,
-                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None) -> None:
-        self.loaded = load_model(model, dtype, progress=progress)
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None,
+                 quantized: bool = True) -> None:
+        self.loaded = load_model(model, dtype, progress=progress, quantized=quantized)
         self.engine = Engine(self.loaded, registry=registry, attention=attention,
                              attention_options=attention_options, samplers=samplers,
                              sampler_options=sampler_options, config=config, structured=structured,

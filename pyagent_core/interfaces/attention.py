@@ -135,8 +135,14 @@ class AttentionBackend(ABC):
         kv_cache: torch.Tensor,
         metadata: AttentionMetadata,
     ) -> None:
-        """Raise ``ValueError`` if the arguments of :meth:`forward` do not fit each other."""
-        metadata.check_shapes()
+        """Raise ``ValueError`` if the arguments of :meth:`forward` do not fit each other.
+
+        The metadata, shared by every layer of a step, is checked once: again only when another
+        metadata object arrives.
+        """
+        if metadata is not getattr(self, "_checked_metadata", None):
+            metadata.check_shapes()
+            self._checked_metadata = metadata
         t, h, d, kvh = metadata.num_tokens, self.num_heads, self.head_size, self.num_kv_heads
         for name, tensor, shape in (("q", q, (t, h, d)), ("k", k, (t, kvh, d)), ("v", v, (t, kvh, d))):
             _expect(tuple(tensor.shape) == shape,

@@ -2,7 +2,10 @@
 
 Weights are named as Hugging Face names them for ``LlamaForCausalLM`` (``model.embed_tokens.weight``,
 ``model.layers.0.self_attn.q_proj.weight``, ...), with the query/key rows in Hugging Face's order
-(the halves that rotate-half RoPE pairs), whatever file they came from.
+(the halves that rotate-half RoPE pairs), whatever file they came from. A GGUF's block-quantized
+matrices stay quantized (:class:`~pyagent_kernels.quantized.QuantizedWeight`); a folder written with
+``keep_quantized`` stores their packed bytes as ``uint8`` tensors, named in the safetensors metadata
+(``quantized:<name>`` -> ``<format>/<in_features>``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 
 import attrs
 import torch
+from pyagent_kernels.quantized import QuantizedWeight
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from pyagent_core.errors import ModelFormatError
@@ -26,6 +31,10 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 WEIGHTS_FILE = "model.safetensors"
+QUANTIZED_KEY = "quantized:"
+
+#: A dense tensor, or a matrix kept in a GGUF block format.
+Weight = torch.Tensor | QuantizedWeight
 
 
 @attrs.frozen(eq=False)
@@ -34,13 +43,14 @@ class Checkpoint:
 
     Attributes:
         config: the model's hyper-parameters.
-        weights: Hugging Face parameter name -> tensor (float32 for a GGUF, the stored dtype otherwise).
+        weights: Hugging Face parameter name -> tensor (float32 for a GGUF, the stored dtype
+            otherwise), or the :class:`QuantizedWeight` of a GGUF's Q4_0, Q4_1 or Q8_0 matrix.
         tokenizer: the model's tokenizer.
         chat_template: the model's chat template, or ``None`` if it has none.
     """
 
     config: ModelConfig
-    weights: dict[str, torch.Tensor]
+    weights: dict[str, Weight]
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
 
@@ -71,6 +81,20 @@ def _chat_template(tokenizer_config: Mapping[str, Any]) -> str | None:
     return template if isinstance(template, str) else None
 
 
+def _read_shard(shard: Path) -> dict[str, Weight]:
+    """The tensors of one safetensors file, the quantized ones (named in its metadata) wrapped."""
+    tensors = load_file(shard)
+    with safe_open(str(shard), "pt") as file:
+        metadata = file.metadata() or {}
+    weights: dict[str, Weight] = dict(tensors)
+    for key, value in metadata.items():
+        if key.startswith(QUANTIZED_KEY):
+            name = key.removeprefix(QUANTIZED_KEY)
+            fmt, in_features = value.split("/")
+            weights[name] = QuantizedWeight(tensors[name], fmt, int(in_features))
+    return weights
+
+
 def read_checkpoint(folder: Path) -> Checkpoint:
     """Read a Llama-family checkpoint folder in Hugging Face layout.
 
@@ -94,10 +118,10 @@ def read_checkpoint(folder: Path) -> Checkpoint:
         eos = _read_json(folder / GENERATION_CONFIG_FILE).get("eos_token_id")
         extra = eos if isinstance(eos, list) else [] if eos is None else [eos]
         config = attrs.evolve(config, eos_token_ids=tuple(dict.fromkeys([*config.eos_token_ids, *extra])))
-    weights: dict[str, torch.Tensor] = {}
+    weights: dict[str, Weight] = {}
     for shard in shards:
         try:
-            weights.update(load_file(shard))
+            weights.update(_read_shard(shard))
         except Exception as error:  # safetensors raises its own error types for a damaged file
             raise ModelFormatError(f"cannot read weights from {shard}: {error}") from None
     try:
@@ -115,17 +139,27 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     return Checkpoint(config=config, weights=weights, tokenizer=tokenizer, chat_template=template)
 
 
-def write_checkpoint(checkpoint: Checkpoint, folder: Path) -> None:
+def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bool = False) -> None:
     """Write ``checkpoint`` as a Hugging Face folder that :func:`read_checkpoint` (and transformers) read.
 
     Files: ``config.json``, ``model.safetensors`` (one shard), ``tokenizer.json`` and
     ``tokenizer_config.json`` (chat template and special tokens). ``folder`` is created if needed.
+    Quantized weights are written dequantized to float32, or with ``keep_quantized`` as their packed
+    bytes (which only :func:`read_checkpoint` understands).
     """
     folder.mkdir(parents=True, exist_ok=True)
     config = checkpoint.config
     (folder / CONFIG_FILE).write_text(json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8")
-    save_file({name: t.contiguous() for name, t in checkpoint.weights.items()}, str(folder / WEIGHTS_FILE),
-              metadata={"format": "pt"})
+    tensors, metadata = {}, {"format": "pt"}
+    for name, weight in checkpoint.weights.items():
+        if isinstance(weight, torch.Tensor):
+            tensors[name] = weight.contiguous()
+        elif keep_quantized:
+            tensors[name] = weight.packed
+            metadata[QUANTIZED_KEY + name] = f"{weight.format}/{weight.in_features}"
+        else:
+            tensors[name] = weight.dequantize()
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata=metadata)
     checkpoint.tokenizer.save(folder / TOKENIZER_FILE)
     template = checkpoint.chat_template
     tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}

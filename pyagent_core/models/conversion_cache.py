@@ -1,7 +1,7 @@
-"""A one-time conversion cache: each GGUF file dequantized once, kept as a Hugging Face checkpoint.
+"""A one-time conversion cache: each GGUF file converted once, kept as a checkpoint folder.
 
-Reading a GGUF means parsing its metadata token by token and dequantizing every tensor; reading
-the same weights back from float32 safetensors is several times faster. The cache lives under
+Reading a GGUF means parsing its metadata token by token and converting its tensors (quantized
+matrices repacked, the others dequantized); reading the result back from safetensors is faster. The cache lives under
 ``$PYAGENT_CACHE_DIR`` (default ``~/.cache/pyagent``) in ``models/<stem>-<key>/``, where the key
 hashes the file's size, modification time and first mebibyte (its header), so a changed or
 replaced file gets a new entry. An entry is written to a temporary folder and renamed into place,
@@ -21,6 +21,8 @@ from pyagent_core.models.checkpoint import Checkpoint, write_checkpoint
 
 CACHE_DIR_ENV = "PYAGENT_CACHE_DIR"
 HEADER_BYTES = 1 << 20
+#: Changes when the layout of an entry changes, so older entries are not read.
+FORMAT_VERSION = 2
 
 
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
@@ -30,9 +32,10 @@ def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def cache_key(path: Path) -> str:
-    """Hex digest of the file's size, modification time (ns) and first :data:`HEADER_BYTES` bytes."""
+    """Hex digest of :data:`FORMAT_VERSION` and the file's size, modification time (ns) and first
+    :data:`HEADER_BYTES` bytes."""
     stat = path.stat()
-    digest = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}:".encode())
+    digest = hashlib.sha256(f"{FORMAT_VERSION}:{stat.st_size}:{stat.st_mtime_ns}:".encode())
     with path.open("rb") as file:
         digest.update(file.read(HEADER_BYTES))
     return digest.hexdigest()
@@ -51,7 +54,7 @@ def store(checkpoint: Checkpoint, entry: Path) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
     try:
-        write_checkpoint(checkpoint, staging)
+        write_checkpoint(checkpoint, staging, keep_quantized=True)
         os.replace(staging, entry)
     except OSError:
         if entry.is_dir():  # another process stored it first

@@ -1,10 +1,12 @@
 """Read a Llama-family GGUF file (llama.cpp's format) into a :class:`Checkpoint`.
 
-Metadata keys are llama.cpp's (``llama.block_count``, ``tokenizer.ggml.tokens``, ...). Tensors are
-dequantized to float32 with the ``gguf`` package, renamed to Hugging Face names, and the query/key
-projections are un-permuted: llama.cpp's converter reorders the rows of each head of ``attn_q``
-and ``attn_k`` from Hugging Face's ``[first half, second half]`` (the pairs rotate-half RoPE
-rotates) to interleaved pairs ``(2i, 2i+1)``; reading it back restores Hugging Face's order.
+Metadata keys are llama.cpp's (``llama.block_count``, ``tokenizer.ggml.tokens``, ...). Matrices stored
+as Q4_0, Q4_1 or Q8_0 stay in their blocks (:class:`~pyagent_kernels.quantized.QuantizedWeight`, which
+the linear kernel decodes); other tensors are dequantized to float32 with the ``gguf`` package. All
+are renamed to Hugging Face names, and the query/key projections are un-permuted: llama.cpp's
+converter reorders the rows of each head of ``attn_q`` and ``attn_k`` from Hugging Face's
+``[first half, second half]`` (the pairs rotate-half RoPE rotates) to interleaved pairs
+``(2i, 2i+1)``; reading it back restores Hugging Face's order.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader, ReaderTensor
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
+from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.models.chat_template import ChatTemplate
-from pyagent_core.models.checkpoint import Checkpoint
+from pyagent_core.models.checkpoint import Checkpoint, Weight
 from pyagent_core.models.config import ModelConfig, check_architecture
 from pyagent_core.models.gguf_tokenizer import build_gguf_tokenizer
 from pyagent_core.models.tokenizer import Tokenizer
@@ -48,6 +51,8 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
+_KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
+                   GGMLQuantizationType.Q8_0: "q8_0"}
 
 
 def open_gguf(path: Path) -> GGUFReader:
@@ -147,11 +152,26 @@ def _dequantize(tensor: ReaderTensor, where: str) -> np.ndarray:
     return values.reshape(tuple(reversed(tensor.shape.tolist())))
 
 
-def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoint:
-    """Read the GGUF file at ``path``: config, float32 weights (Hugging Face names and layout),
-    tokenizer and chat template.
+def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
+    """One tensor in Hugging Face layout: kept quantized (a Q4_0/Q4_1/Q8_0 matrix) or as float32."""
+    fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    if fmt is not None and len(tensor.shape) == 2:
+        blocks = tensor.data  # uint8 [rows, bytes per row]
+        if rope_heads is not None:
+            blocks = unpermute_rope_rows(blocks, rope_heads)
+        return QuantizedWeight.from_gguf(torch.from_numpy(np.array(blocks, copy=True)), fmt, int(tensor.shape[0]))
+    values = _dequantize(tensor, where)
+    if rope_heads is not None:
+        values = unpermute_rope_rows(values, rope_heads)
+    # a float32 tensor is a read-only view of the mapped file: copy it out
+    return torch.from_numpy(np.require(values, np.float32, ["C", "W"]))
 
-    ``progress(done, total, tensor_name)`` is called after each tensor is dequantized. Raises
+
+def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoint:
+    """Read the GGUF file at ``path``: config, weights (Hugging Face names and layout; quantized or
+    float32), tokenizer and chat template.
+
+    ``progress(done, total, tensor_name)`` is called after each tensor is read. Raises
     :class:`ModelFormatError` for a file that is not GGUF or is truncated, and
     :class:`UnsupportedModelError` for an architecture, tokenizer or quantization pyagent lacks.
     """
@@ -160,17 +180,12 @@ def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoin
     metadata = read_metadata(reader)
     config = config_from_metadata(metadata, {t.name for t in reader.tensors}, where)
     tokenizer = Tokenizer(build_gguf_tokenizer(metadata, where))
-    weights: dict[str, torch.Tensor] = {}
+    weights: dict[str, Weight] = {}
     rope_heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
     for done, tensor in enumerate(reader.tensors, start=1):
         name = hf_name(tensor.name)
         if name is not None:
-            values = _dequantize(tensor, where)
-            part = tensor.name.split(".")[-2]
-            if part in rope_heads:
-                values = unpermute_rope_rows(values, rope_heads[part])
-            # a float32 tensor is a read-only view of the mapped file: copy it out
-            weights[name] = torch.from_numpy(np.require(values, np.float32, ["C", "W"]))
+            weights[name] = _read_weight(tensor, rope_heads.get(tensor.name.split(".")[-2]), where)
         if progress is not None:
             progress(done, len(reader.tensors), tensor.name)
     template = None

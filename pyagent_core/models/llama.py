@@ -6,7 +6,9 @@ keys and values into the layer's cache), output projection and residual; RMSNorm
 gate/up projection, SwiGLU, down projection and residual. A final RMSNorm and the output head
 (tied to the embedding when the model says so) give float32 logits for the requested rows only.
 Every matrix product goes through :func:`pyagent_kernels.linear.linear`, whose rows do not depend
-on the other rows of the batch, so a sequence's tokens do not depend on its batch.
+on the other rows of the batch, so a sequence's tokens do not depend on its batch. A weight may be
+a :class:`~pyagent_kernels.quantized.QuantizedWeight` (a GGUF file's blocks, decoded by the kernel
+into the values the dequantized matrix holds), which gives the same bits from fewer bytes.
 
 The batch is flat: ``num_tokens`` new tokens of any number of sequences, placed by the attention
 metadata, so prefill, chunked prefill and decode steps are the same call.
@@ -20,9 +22,11 @@ import attrs
 import torch
 import torch.nn.functional as F
 from pyagent_kernels.linear import linear
+from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.models.checkpoint import Weight
 from pyagent_core.models.config import ModelConfig
 
 
@@ -51,7 +55,7 @@ def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_weights(config: ModelConfig, weights: Mapping[str, torch.Tensor]) -> None:
+def check_weights(config: ModelConfig, weights: Mapping[str, Weight]) -> None:
     """Raise :class:`ModelFormatError` naming missing weights or weights of the wrong shape."""
     expected = weight_shapes(config)
     missing = sorted(set(expected) - set(weights))
@@ -88,11 +92,11 @@ class LayerWeights:
     """
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    o_proj: torch.Tensor
+    qkv: Weight
+    o_proj: Weight
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Weight
+    down: Weight
 
 
 class LlamaModel:
@@ -100,38 +104,53 @@ class LlamaModel:
 
     Args:
         config: the model's hyper-parameters.
-        weights: Hugging Face parameter name -> tensor (any float dtype; converted). Checked against
-            ``config`` (:class:`ModelFormatError` naming a missing or misshapen weight).
+        weights: Hugging Face parameter name -> tensor (any float dtype; converted) or
+            :class:`QuantizedWeight` (kept as it is; a quantized part fused with a dense one is
+            dequantized). Checked against ``config`` (:class:`ModelFormatError` naming a missing
+            or misshapen weight).
         dtype: the dtype of weights, activations and KV cache (``torch.float32`` or ``torch.bfloat16``).
         device: where the weights live.
+        quantized: keep :class:`QuantizedWeight` matrices in their blocks (on CPU; the same results
+            from fewer bytes read); false dequantizes them to ``dtype`` here.
     """
 
     def __init__(
         self,
         config: ModelConfig,
-        weights: Mapping[str, torch.Tensor],
+        weights: Mapping[str, Weight],
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
+        quantized: bool = True,
     ) -> None:
         check_weights(config, weights)
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
+        keep_quantized = quantized
 
-        def get(*names: str) -> torch.Tensor:
+        def dense(*names: str) -> torch.Tensor:
             parts = [weights[name] for name in names]
-            fused = parts[0] if len(parts) == 1 else torch.cat(parts)
+            tensors = [part.dequantize() if isinstance(part, QuantizedWeight) else part for part in parts]
+            fused = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
             return fused.to(device=self.device, dtype=dtype).contiguous()
 
+        def get(*names: str) -> Weight:
+            parts = [weights[name] for name in names]
+            quantized = [part for part in parts if isinstance(part, QuantizedWeight)]
+            if (keep_quantized and len(quantized) == len(parts) and self.device.type == "cpu"
+                    and len({(part.format, part.in_features) for part in quantized}) == 1):
+                return quantized[0] if len(quantized) == 1 else QuantizedWeight.cat(quantized)
+            return dense(*names)
+
         self.embed_tokens = get("model.embed_tokens.weight")
-        self.norm = get("model.norm.weight")
+        self.norm = dense("model.norm.weight")
         self.lm_head = self.embed_tokens if config.tie_word_embeddings else get("lm_head.weight")
         self.layers = [
             LayerWeights(
-                input_norm=get(f"model.layers.{i}.input_layernorm.weight"),
+                input_norm=dense(f"model.layers.{i}.input_layernorm.weight"),
                 qkv=get(*(f"model.layers.{i}.self_attn.{p}_proj.weight" for p in "qkv")),
                 o_proj=get(f"model.layers.{i}.self_attn.o_proj.weight"),
-                post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
+                post_norm=dense(f"model.layers.{i}.post_attention_layernorm.weight"),
                 gate_up=get(f"model.layers.{i}.mlp.gate_proj.weight", f"model.layers.{i}.mlp.up_proj.weight"),
                 down=get(f"model.layers.{i}.mlp.down_proj.weight"),
             )
@@ -192,7 +211,10 @@ class LlamaModel:
         tokens, heads, kv_heads, dim = input_ids.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos = self.rope_cos[positions].unsqueeze(1)
         sin = self.rope_sin[positions].unsqueeze(1)
-        hidden = F.embedding(input_ids, self.embed_tokens)
+        if isinstance(self.embed_tokens, QuantizedWeight):
+            hidden = self.embed_tokens.rows(input_ids, self.dtype)
+        else:
+            hidden = F.embedding(input_ids, self.embed_tokens)
         for index, layer in enumerate(self.layers):
             qkv = linear(self._rms_norm(hidden, layer.input_norm), layer.qkv, threads=threads)
             qk = qkv[:, : (heads + kv_heads) * dim].view(tokens, heads + kv_heads, dim)

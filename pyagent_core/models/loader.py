@@ -13,7 +13,7 @@ from pyagent_core.errors import ModelFormatError, ModelLoadError, ModelNotFoundE
 from pyagent_core.models import conversion_cache
 from pyagent_core.models.chat_template import ChatTemplate
 from pyagent_core.models.checkpoint import Checkpoint, read_checkpoint
-from pyagent_core.models.config import ModelConfig
+from pyagent_core.models.config import DEFAULT_DTYPE, ModelConfig
 from pyagent_core.models.embedded import EMBEDDED_DIST, find_embedded_gguf
 from pyagent_core.models.gguf_file import ProgressCallback, read_gguf
 from pyagent_core.models.llama import LlamaModel
@@ -104,11 +104,12 @@ def read_model(
 
 def load_model(
     path: str | Path | None = None,
-    dtype: str | torch.dtype = "float32",
+    dtype: str | torch.dtype = DEFAULT_DTYPE,
     *,
     device: str | torch.device = "cpu",
     progress: ProgressCallback | None = None,
     use_cache: bool = True,
+    quantized: bool = True,
 ) -> LoadedModel:
     """Load a Llama-family model for the engine.
 
@@ -122,6 +123,9 @@ def load_model(
             load of a file only, when the cache is used).
         use_cache: read and fill the conversion cache (see
             :mod:`pyagent_core.models.conversion_cache`).
+        quantized: keep a GGUF's Q4_0, Q4_1 and Q8_0 matrices in their blocks, decoded by the
+            linear kernel into the values dequantizing gives (same results, fewer bytes read per
+            token); false dequantizes them to ``dtype`` at load.
 
     Raises:
         ModelNotFoundError: the path does not exist (or no path and no embedded model).
@@ -133,6 +137,6 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     source = resolve_model_path(path)
     checkpoint, from_cache = read_model(source, progress=progress, use_cache=use_cache)
-    model = LlamaModel(checkpoint.config, checkpoint.weights, dtype=torch_dtype, device=device)
+    model = LlamaModel(checkpoint.config, checkpoint.weights, dtype=torch_dtype, device=device, quantized=quantized)
     return LoadedModel(config=checkpoint.config, model=model, tokenizer=checkpoint.tokenizer,
                        chat_template=checkpoint.chat_template, source=source, from_cache=from_cache)

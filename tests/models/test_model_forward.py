@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.models.checkpoint import Checkpoint
@@ -42,8 +43,27 @@ def model_bf16(checkpoint: Checkpoint) -> LlamaModel:
 def test_weights_match_transformers(checkpoint: Checkpoint, hf_model: Any) -> None:
     """Dequantized and un-permuted weights are bit-identical to what transformers loads."""
     reference = hf_model.state_dict()
-    for name, tensor in checkpoint.weights.items():
-        assert torch.equal(tensor, reference[name]), name
+    quantized = 0
+    for name, weight in checkpoint.weights.items():
+        if isinstance(weight, QuantizedWeight):
+            quantized += 1
+            weight = weight.dequantize()
+        assert torch.equal(weight, reference[name]), name
+    assert quantized == 1 + 7 * checkpoint.config.num_layers  # token_embd (Q8_0) and every Q4_1 matrix
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_weights_give_the_dense_bits(
+    checkpoint: Checkpoint, chat_ids: list[list[int]], prefill: Prefill, dtype: torch.dtype
+) -> None:
+    """The kernel decoding GGUF blocks gives the logits of the dequantized model, bit for bit,
+    on a prefill (the panel path) and on single-token steps (the register path)."""
+    quantized = LlamaModel(checkpoint.config, checkpoint.weights, dtype=dtype)
+    dense = LlamaModel(checkpoint.config, checkpoint.weights, dtype=dtype, quantized=False)
+    assert isinstance(quantized.layers[0].gate_up, QuantizedWeight) and isinstance(dense.lm_head, torch.Tensor)
+    for ids in chat_ids[:2]:
+        assert torch.equal(prefill(quantized, ids)[0], prefill(dense, ids)[0])
+        assert torch.equal(prefill(quantized, ids[:1])[0], prefill(dense, ids[:1])[0])
 
 
 def test_prefill_logits_match_transformers(

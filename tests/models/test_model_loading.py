@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGUFWriter
+from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.errors import (
     ModelFormatError,
@@ -156,6 +157,20 @@ def test_checkpoint_folder_gives_identical_logits(
     assert torch.equal(ours, reference)
 
 
+def test_quantized_checkpoint_round_trip(checkpoint: Checkpoint, tmp_path: Path) -> None:
+    """keep_quantized stores the packed blocks (named in the metadata) and reads them back as they
+    were; the default folder holds the float32 values instead."""
+    name = "model.layers.2.self_attn.q_proj.weight"
+    original = checkpoint.weights[name]
+    assert isinstance(original, QuantizedWeight)
+    write_checkpoint(checkpoint, tmp_path / "packed", keep_quantized=True)
+    back = read_checkpoint(tmp_path / "packed").weights[name]
+    assert isinstance(back, QuantizedWeight) and back.format == "q4_1" and back.shape == original.shape
+    assert torch.equal(back.packed, original.packed)
+    write_checkpoint(checkpoint, tmp_path / "dense")
+    assert torch.equal(read_checkpoint(tmp_path / "dense").weights[name], original.dequantize())
+
+
 def test_generation_config_adds_stop_tokens(checkpoint: Checkpoint, tmp_path: Path) -> None:
     """eos ids of generation_config.json join those of config.json."""
     write_checkpoint(checkpoint, tmp_path)
@@ -178,7 +193,9 @@ def test_conversion_cache(gguf_path: Path, tmp_path: Path, monkeypatch: pytest.M
     warm = load_model(gguf_path, progress=lambda done, total, what: calls.append((done, total, what)))
     assert warm.from_cache and not calls
     assert warm.config == cold.config
-    assert torch.equal(warm.model.layers[7].qkv, cold.model.layers[7].qkv)
+    warm_qkv, cold_qkv = warm.model.layers[7].qkv, cold.model.layers[7].qkv
+    assert isinstance(warm_qkv, QuantizedWeight) and isinstance(cold_qkv, QuantizedWeight)
+    assert torch.equal(warm_qkv.packed, cold_qkv.packed)
     assert warm.tokenizer.encode(PROMPT) == cold.tokenizer.encode(PROMPT)
 
     (entry / "model.safetensors").unlink()

@@ -7,6 +7,10 @@
  * chunk is padded with zeros. The lanes are then summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1).
  * Every variant below computes exactly this, whatever the tile shape, so tiling and threads never
  * change a result.
+ *
+ * Block-quantized weights are decoded, a panel of rows at a time, into a dense float32 or bfloat16
+ * buffer that the dense tiles then read, so they give the bits of the dense product on the decoded
+ * matrix. The panel fits in the core's caches and is decoded once for every input row of the call.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -14,11 +18,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pyagent/common.h"
 #include "pyagent/linear.h"
 #include "common/variant.h"
+#include "linear/quant_blocks.h"
 
 #if PAK_X86_VARIANTS
 #include <immintrin.h>
@@ -29,6 +35,7 @@
 #define NR 4          /* weight rows per tile */
 #define NB 64         /* weight rows kept in cache while every input row passes over them */
 #define MAX_THREADS 64
+#define PANEL_BYTES (64 * 1024) /* decoded weight rows a worker keeps on its stack */
 #define SPIN_ROUNDS 30000
 
 /* ---------------------------------------------------------------------------------------------
@@ -85,24 +92,38 @@ static float dot_bf16_generic(const uint16_t *x, const uint16_t *w, int64_t k)
     return reduce_lanes(lane);
 }
 
-/* What one call computes; each thread takes a range of weight rows. */
-typedef struct {
+/* What one call computes; each worker takes ranges of weight rows. */
+typedef struct linear_job linear_job;
+
+/* Products of every input row with the dense weight rows [n0, n1), `w` pointing at row n0. */
+typedef void (*panel_fn)(const linear_job *job, const void *w, int64_t n0, int64_t n1);
+
+/* Decode `count` stored rows of `in` quantized weights into dense rows (float32 or bfloat16). */
+typedef void (*decode_fn)(int wtype, const uint8_t *rows, int64_t row_bytes, int64_t count, int64_t in, void *dense);
+
+struct linear_job {
     const void *x;
     const void *w;
     void *y;
     int64_t rows, out, in;
-    int y_f32; /* bfloat16 inputs: 1 stores float32 sums, 0 rounds them to bfloat16 */
-    void (*run)(const void *job, int64_t n0, int64_t n1);
-} linear_job;
+    int y_f32;          /* bfloat16 inputs: 1 stores float32 sums, 0 rounds them to bfloat16 */
+    int64_t row_bytes;  /* bytes of one stored weight row */
+    int64_t dense_row;  /* bytes of one dense (decoded) weight row */
+    panel_fn panel;
+    int wtype;          /* quantized weights only: */
+    decode_fn decode;
+    panel_fn direct;    /* decodes into registers (few input rows), or NULL */
+    uint8_t *scratch;   /* per-worker decode buffers when a panel does not fit on the stack, else NULL */
+    void (*run)(const linear_job *job, int64_t n0, int64_t n1, int worker);
+};
 
-static void run_f32_generic(const void *arg, int64_t n0, int64_t n1)
+static void panel_f32_generic(const linear_job *job, const void *w_rows, int64_t n0, int64_t n1)
 {
-    const linear_job *job = arg;
-    const float *x = job->x, *w = job->w;
+    const float *x = job->x, *w = w_rows;
     float *y = job->y;
     for (int64_t m = 0; m < job->rows; ++m)
         for (int64_t n = n0; n < n1; ++n)
-            y[m * job->out + n] = dot_f32_generic(x + m * job->in, w + n * job->in, job->in);
+            y[m * job->out + n] = dot_f32_generic(x + m * job->in, w + (n - n0) * job->in, job->in);
 }
 
 /* Store one bfloat16-input result as the job asks: float32, or rounded to bfloat16. */
@@ -114,13 +135,65 @@ static inline void store_bf16_result(const linear_job *job, int64_t index, float
         ((uint16_t *)job->y)[index] = f32_to_bf16(value);
 }
 
-static void run_bf16_generic(const void *arg, int64_t n0, int64_t n1)
+static void panel_bf16_generic(const linear_job *job, const void *w_rows, int64_t n0, int64_t n1)
 {
-    const linear_job *job = arg;
-    const uint16_t *x = job->x, *w = job->w;
+    const uint16_t *x = job->x, *w = w_rows;
     for (int64_t m = 0; m < job->rows; ++m)
         for (int64_t n = n0; n < n1; ++n)
-            store_bf16_result(job, m * job->out + n, dot_bf16_generic(x + m * job->in, w + n * job->in, job->in));
+            store_bf16_result(job, m * job->out + n, dot_bf16_generic(x + m * job->in, w + (n - n0) * job->in, job->in));
+}
+
+static void decode_f32_generic(int wtype, const uint8_t *rows, int64_t row_bytes, int64_t count, int64_t in,
+                               void *dense)
+{
+    const int64_t block_bytes = quant_block_bytes(wtype);
+    float *out = dense;
+    for (int64_t r = 0; r < count; ++r)
+        for (int64_t b = 0; b < in / QUANT_BLOCK; ++b)
+            decode_block_scalar(wtype, rows + r * row_bytes + b * block_bytes, out + r * in + b * QUANT_BLOCK);
+}
+
+static void decode_bf16_generic(int wtype, const uint8_t *rows, int64_t row_bytes, int64_t count, int64_t in,
+                                void *dense)
+{
+    const int64_t block_bytes = quant_block_bytes(wtype);
+    uint16_t *out = dense;
+    float weights[QUANT_BLOCK];
+    for (int64_t r = 0; r < count; ++r)
+        for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {
+            decode_block_scalar(wtype, rows + r * row_bytes + b * block_bytes, weights);
+            for (int j = 0; j < QUANT_BLOCK; ++j)
+                out[r * in + b * QUANT_BLOCK + j] = f32_to_bf16(weights[j]);
+        }
+}
+
+/* Dense weights: the rows in blocks of NB, each block kept in cache while every input row passes. */
+static void run_dense(const linear_job *job, int64_t n0, int64_t n1, int worker)
+{
+    (void)worker;
+    for (int64_t nb = n0; nb < n1; nb += NB) {
+        const int64_t ne = nb + NB < n1 ? nb + NB : n1;
+        job->panel(job, (const uint8_t *)job->w + nb * job->row_bytes, nb, ne);
+    }
+}
+
+/* Quantized weights: a panel of rows decoded into the worker's buffer, then the dense tiles. */
+static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int worker)
+{
+    if (job->direct != NULL && job->rows <= MR) {
+        job->direct(job, (const uint8_t *)job->w + n0 * job->row_bytes, n0, n1);
+        return;
+    }
+    _Alignas(64) uint8_t stack[PANEL_BYTES];
+    uint8_t *buffer = job->scratch != NULL ? job->scratch + (int64_t)worker * job->dense_row * NR : stack;
+    int64_t step = job->scratch != NULL ? NR : PANEL_BYTES / job->dense_row;
+    if (step > NR)
+        step -= step % NR;
+    for (int64_t nb = n0; nb < n1; nb += step) {
+        const int64_t ne = nb + step < n1 ? nb + step : n1;
+        job->decode(job->wtype, (const uint8_t *)job->w + nb * job->row_bytes, job->row_bytes, ne - nb, job->in, buffer);
+        job->panel(job, buffer, nb, ne);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -208,42 +281,133 @@ DEFINE_TILE(tile_bf16_emulated, AVX512, uint16_t, 2 * LANES, __mmask32, LOAD_16,
 DEFINE_TILE(tile_bf16_native, AVX512 ",avx512bf16", uint16_t, 2 * LANES, __mmask32, LOAD_16, LOAD_16_TAIL,
             step_bf16_native, store_bf16_result)
 
-/* The driver: weight rows in blocks of NB; every input tile passes over a block while it is cached.
- * The switch gives the tile function constant sizes so its accumulators live in registers. */
-#define DEFINE_RUN(name, isa, elem, tile)                                                           \
-    __attribute__((target(isa))) static void name(const void *arg, int64_t n0, int64_t n1)          \
+/* Every input tile over the weight rows [n0, n1) (a block that stays cached), `w_rows` pointing at
+ * row n0. The switch gives the tile function constant sizes so its accumulators live in registers. */
+#define DEFINE_PANEL(name, isa, elem, welem, stride, tile)                                          \
+    __attribute__((target(isa))) static void name(const linear_job *job, const void *w_rows,        \
+                                                  int64_t n0, int64_t n1)                              \
     {                                                                                                  \
-        const linear_job *job = arg;                                                                   \
-        const elem *x = job->x, *w = job->w;                                                           \
+        const elem *x = job->x;                                                                        \
+        const welem *w = w_rows;                                                                       \
         const int64_t in = job->in, out = job->out;                                                    \
-        for (int64_t nb = n0; nb < n1; nb += NB) {                                                     \
-            const int64_t ne = nb + NB < n1 ? nb + NB : n1;                                            \
-            for (int64_t m = 0; m < job->rows; m += MR) {                                              \
-                const int64_t mr = job->rows - m < MR ? job->rows - m : MR;                            \
-                const elem *xm = x + m * in;                                                           \
-                for (int64_t n = nb; n < ne;) {                                                        \
-                    const int full = ne - n >= NR;                                                     \
-                    const elem *wn = w + n * in;                                                       \
-                    const int64_t yt = m * out + n;                                                    \
-                    switch (mr * 2 + full) {                                                           \
-                    case 2: tile(job, xm, wn, yt, 1, 1); break;                                    \
-                    case 3: tile(job, xm, wn, yt, 1, NR); break;                                   \
-                    case 4: tile(job, xm, wn, yt, 2, 1); break;                                    \
-                    case 5: tile(job, xm, wn, yt, 2, NR); break;                                   \
-                    case 6: tile(job, xm, wn, yt, 3, 1); break;                                    \
-                    case 7: tile(job, xm, wn, yt, 3, NR); break;                                   \
-                    case 8: tile(job, xm, wn, yt, 4, 1); break;                                    \
-                    default: tile(job, xm, wn, yt, 4, NR); break;                                  \
-                    }                                                                                  \
-                    n += full ? NR : 1;                                                                \
+        for (int64_t m = 0; m < job->rows; m += MR) {                                                  \
+            const int64_t mr = job->rows - m < MR ? job->rows - m : MR;                                \
+            const elem *xm = x + m * in;                                                               \
+            for (int64_t n = n0; n < n1;) {                                                            \
+                const int full = n1 - n >= NR;                                                         \
+                const welem *wn = w + (n - n0) * (stride);                                             \
+                const int64_t yt = m * out + n;                                                        \
+                switch (mr * 2 + full) {                                                               \
+                case 2: tile(job, xm, wn, yt, 1, 1); break;                                            \
+                case 3: tile(job, xm, wn, yt, 1, NR); break;                                           \
+                case 4: tile(job, xm, wn, yt, 2, 1); break;                                            \
+                case 5: tile(job, xm, wn, yt, 2, NR); break;                                           \
+                case 6: tile(job, xm, wn, yt, 3, 1); break;                                            \
+                case 7: tile(job, xm, wn, yt, 3, NR); break;                                           \
+                case 8: tile(job, xm, wn, yt, 4, 1); break;                                            \
+                default: tile(job, xm, wn, yt, 4, NR); break;                                          \
                 }                                                                                      \
+                n += full ? NR : 1;                                                                    \
             }                                                                                          \
         }                                                                                              \
     }
 
-DEFINE_RUN(run_f32_avx512, AVX512, float, tile_f32)
-DEFINE_RUN(run_bf16_avx512, AVX512, uint16_t, tile_bf16_emulated)
-DEFINE_RUN(run_bf16_native, AVX512 ",avx512bf16", uint16_t, tile_bf16_native)
+DEFINE_PANEL(panel_f32_avx512, AVX512, float, float, in, tile_f32)
+DEFINE_PANEL(panel_bf16_avx512, AVX512, uint16_t, uint16_t, in, tile_bf16_emulated)
+DEFINE_PANEL(panel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint16_t, in, tile_bf16_native)
+
+/* Round to the nearest bfloat16, ties to even (weights are finite and never subnormal). */
+__attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
+{
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
+}
+
+/* A tile over quantized weight rows, decoded block by block into registers: for the few input rows
+ * of a decode step, where decoding dominates and a panel's store and reload would double its cost.
+ * Each block is CHUNKS chunks of the dense order (float32: 2 of 16, bfloat16: 1 of 32); `weights`
+ * turns a decoded block into them. */
+#define DEFINE_QTILE(name, isa, elem, chunks, load_x, weights, step, store)                         \
+    __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
+                                                          const uint8_t *w, int64_t y0, int mr, int nr) \
+    {                                                                                                  \
+        const int64_t in = job->in, block_bytes = quant_block_bytes(job->wtype);                       \
+        __m512 acc[MR][NR];                                                                            \
+        for (int i = 0; i < mr; ++i)                                                                   \
+            for (int j = 0; j < nr; ++j)                                                               \
+                acc[i][j] = _mm512_setzero_ps();                                                       \
+        for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {                                               \
+            __m512i xv[MR][chunks], wv[chunks];                                                        \
+            for (int i = 0; i < mr; ++i)                                                               \
+                for (int k = 0; k < (chunks); ++k)                                                     \
+                    xv[i][k] = load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks)));    \
+            for (int j = 0; j < nr; ++j) {                                                             \
+                const uint8_t *block = w + j * job->row_bytes + b * block_bytes;                       \
+                _mm_prefetch((const char *)(block + 2 * nr * job->row_bytes), _MM_HINT_T0);              \
+                __m512 lo, hi;                                                                         \
+                decode_block512(job->wtype, block, &lo, &hi);                                          \
+                weights(wv, lo, hi);                                                                   \
+                for (int i = 0; i < mr; ++i)                                                           \
+                    for (int k = 0; k < (chunks); ++k)                                                 \
+                        acc[i][j] = step(acc[i][j], xv[i][k], wv[k]);                                  \
+            }                                                                                          \
+        }                                                                                              \
+        for (int i = 0; i < mr; ++i)                                                                   \
+            for (int j = 0; j < nr; ++j)                                                               \
+                store(job, y0 + i * job->out + j, reduce512(acc[i][j]));                               \
+    }
+
+#define WEIGHTS_F32(wv, lo, hi) ((wv)[0] = _mm512_castps_si512(lo), (wv)[1] = _mm512_castps_si512(hi))
+#define WEIGHTS_BF16(wv, lo, hi) \
+    ((wv)[0] = _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16(lo)), round_bf16(hi), 1))
+#define WEIGHTS_BF16_NATIVE(wv, lo, hi) ((wv)[0] = (__m512i)_mm512_cvtne2ps_pbh((hi), (lo)))
+
+DEFINE_QTILE(qtile_f32, AVX512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE_F32)
+DEFINE_QTILE(qtile_bf16_emulated, AVX512, uint16_t, 1, LOAD_16, WEIGHTS_BF16, step_bf16_emulated, store_bf16_result)
+DEFINE_QTILE(qtile_bf16_native, AVX512 ",avx512bf16", uint16_t, 1, LOAD_16, WEIGHTS_BF16_NATIVE, step_bf16_native,
+             store_bf16_result)
+DEFINE_PANEL(qpanel_f32_avx512, AVX512, float, uint8_t, job->row_bytes, qtile_f32)
+DEFINE_PANEL(qpanel_bf16_avx512, AVX512, uint16_t, uint8_t, job->row_bytes, qtile_bf16_emulated)
+DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->row_bytes, qtile_bf16_native)
+
+/* Decoders of quantized rows into dense rows, one per output format; `store` writes one block. */
+#define DEFINE_DECODE(name, isa, elem, store)                                                       \
+    __attribute__((target(isa))) static void name(int wtype, const uint8_t *rows, int64_t row_bytes, \
+                                                  int64_t count, int64_t in, void *dense)               \
+    {                                                                                                  \
+        const int64_t block_bytes = quant_block_bytes(wtype);                                          \
+        elem *out = dense;                                                                             \
+        for (int64_t r = 0; r < count; ++r)                                                            \
+            for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {                                           \
+                __m512 lo, hi;                                                                         \
+                decode_block512(wtype, rows + r * row_bytes + b * block_bytes, &lo, &hi);              \
+                store(out + r * in + b * QUANT_BLOCK, lo, hi);                                         \
+            }                                                                                          \
+    }
+
+__attribute__((target(AVX512))) TILE_INLINE void store_block_f32(float *out, __m512 lo, __m512 hi)
+{
+    _mm512_storeu_ps(out, lo);
+    _mm512_storeu_ps(out + LANES, hi);
+}
+
+__attribute__((target(AVX512))) TILE_INLINE void store_block_bf16(uint16_t *out, __m512 lo, __m512 hi)
+{
+    _mm256_storeu_si256((__m256i *)out, round_bf16(lo));
+    _mm256_storeu_si256((__m256i *)(out + LANES), round_bf16(hi));
+}
+
+__attribute__((target(AVX512 ",avx512bf16"))) TILE_INLINE void store_block_bf16_native(uint16_t *out, __m512 lo,
+                                                                                    __m512 hi)
+{
+    _mm512_storeu_si512((void *)out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+DEFINE_DECODE(decode_f32_avx512, AVX512, float, store_block_f32)
+DEFINE_DECODE(decode_bf16_avx512, AVX512, uint16_t, store_block_bf16)
+DEFINE_DECODE(decode_bf16_native, AVX512 ",avx512bf16", uint16_t, store_block_bf16_native)
 
 #endif /* PAK_X86_VARIANTS */
 
@@ -279,6 +443,7 @@ static struct {
     atomic_int sleepers;
     atomic_int done;       /* chunks of the current call finished */
     int helpers;           /* helpers running in this process (reset in a child after fork) */
+    int wanted;            /* helpers the current call may use (helpers 0 .. wanted - 1) */
     unsigned born[MAX_THREADS]; /* the generation each helper was started in */
     const linear_job *job;
     int64_t chunks;
@@ -291,8 +456,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Claim and run chunks of call `generation` until none are left. */
-static void claim_chunks(unsigned generation)
+/* Claim and run chunks of call `generation` until none are left; `worker` is 0 for the caller,
+ * 1 + its index for a helper. */
+static void claim_chunks(unsigned generation, int worker)
 {
     for (;;) {
         uint64_t ticket = atomic_load(&pool.ticket);
@@ -302,14 +468,15 @@ static void claim_chunks(unsigned generation)
             continue;
         const linear_job *job = pool.job;
         const int64_t n0 = (int64_t)(uint32_t)ticket * NB;
-        job->run(job, n0, n0 + NB < job->out ? n0 + NB : job->out);
+        job->run(job, n0, n0 + NB < job->out ? n0 + NB : job->out, worker);
         atomic_fetch_add(&pool.done, 1);
     }
 }
 
 static void *helper_main(void *arg)
 {
-    unsigned seen = pool.born[(intptr_t)arg];
+    const int index = (int)(intptr_t)arg;
+    unsigned seen = pool.born[index];
     for (;;) {
         unsigned now;
         int spins = 0;
@@ -326,7 +493,8 @@ static void *helper_main(void *arg)
             pthread_mutex_unlock(&pool.lock);
         }
         seen = now;
-        claim_chunks(now);
+        if (index < pool.wanted)
+            claim_chunks(now, 1 + index);
     }
     return NULL;
 }
@@ -368,10 +536,11 @@ static void run_job(const linear_job *job, int threads)
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
     if (threads <= 1 || chunks < 2 || work < (1 << 16) || pthread_mutex_trylock(&pool.busy) != 0) {
-        job->run(job, 0, job->out);
+        job->run(job, 0, job->out, 0);
         return;
     }
     start_helpers(threads - 1);
+    pool.wanted = threads - 1;
     const unsigned generation = atomic_load(&pool.generation) + 1;
     pool.job = job;
     pool.chunks = chunks;
@@ -383,7 +552,7 @@ static void run_job(const linear_job *job, int threads)
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    claim_chunks(generation);
+    claim_chunks(generation, 0);
     while (atomic_load(&pool.done) < chunks)
         cpu_relax();
     pthread_mutex_unlock(&pool.busy);
@@ -401,31 +570,111 @@ static int check_sizes(const void *x, const void *w, const void *y, int64_t rows
     return PAK_OK;
 }
 
-int pak_linear_f32(const float *x, const float *w, float *y, int64_t rows, int64_t out, int64_t in, int threads)
+/* The panel function for `elem_bytes`-wide inputs on the active instruction set. */
+static panel_fn choose_panel(int elem_bytes)
+{
+#if PAK_X86_VARIANTS
+    if (pak_isa_active() == PAK_ISA_AVX512) {
+        if (elem_bytes == 4)
+            return panel_f32_avx512;
+        return pak_linear_bf16_native() ? panel_bf16_native : panel_bf16_avx512;
+    }
+#endif
+    return elem_bytes == 4 ? panel_f32_generic : panel_bf16_generic;
+}
+
+static decode_fn choose_decode(int elem_bytes)
+{
+#if PAK_X86_VARIANTS
+    if (pak_isa_active() == PAK_ISA_AVX512) {
+        if (elem_bytes == 4)
+            return decode_f32_avx512;
+        return pak_linear_bf16_native() ? decode_bf16_native : decode_bf16_avx512;
+    }
+#endif
+    return elem_bytes == 4 ? decode_f32_generic : decode_bf16_generic;
+}
+
+static panel_fn choose_direct(int elem_bytes)
+{
+#if PAK_X86_VARIANTS
+    if (pak_isa_active() == PAK_ISA_AVX512) {
+        if (elem_bytes == 4)
+            return qpanel_f32_avx512;
+        return pak_linear_bf16_native() ? qpanel_bf16_native : qpanel_bf16_avx512;
+    }
+#endif
+    (void)elem_bytes;
+    return NULL;
+}
+
+/* Run a dense product whose inputs are `elem_bytes` wide. */
+static int linear_dense(const void *x, const void *w, void *y, int y_f32, int64_t rows, int64_t out, int64_t in,
+                        int threads, int elem_bytes)
 {
     const int rc = check_sizes(x, w, y, rows, out, in);
     if (rc != PAK_OK || rows == 0 || out == 0)
         return rc;
-    linear_job job = {x, w, y, rows, out, in, 1, run_f32_generic};
-#if PAK_X86_VARIANTS
-    if (pak_isa_active() == PAK_ISA_AVX512)
-        job.run = run_f32_avx512;
-#endif
+    const linear_job job = {.x = x, .w = w, .y = y, .rows = rows, .out = out, .in = in, .y_f32 = y_f32,
+                            .row_bytes = in * elem_bytes, .dense_row = in * elem_bytes,
+                            .panel = choose_panel(elem_bytes), .run = run_dense};
     run_job(&job, threads);
     return PAK_OK;
+}
+
+int pak_linear_f32(const float *x, const float *w, float *y, int64_t rows, int64_t out, int64_t in, int threads)
+{
+    return linear_dense(x, w, y, 1, rows, out, in, threads, 4);
 }
 
 int pak_linear_bf16(const uint16_t *x, const uint16_t *w, void *y, int y_f32, int64_t rows, int64_t out,
                     int64_t in, int threads)
 {
-    const int rc = check_sizes(x, w, y, rows, out, in);
-    if (rc != PAK_OK || rows == 0 || out == 0)
+    return linear_dense(x, w, y, y_f32 != 0, rows, out, in, threads, 2);
+}
+
+int64_t pak_weight_row_bytes(int wtype, int64_t in)
+{
+    if (in <= 0 || in % QUANT_BLOCK != 0)
+        return 0;
+    return in / QUANT_BLOCK * quant_block_bytes(wtype);
+}
+
+/* Run a product with quantized weights and `elem_bytes`-wide inputs. */
+static int linear_quantized(const void *x, const uint8_t *w, int wtype, void *y, int y_f32, int64_t rows,
+                            int64_t out, int64_t in, int threads, int elem_bytes)
+{
+    int rc = check_sizes(x, w, y, rows, out, in);
+    if (rc != PAK_OK)
         return rc;
-    linear_job job = {x, w, y, rows, out, in, y_f32 != 0, run_bf16_generic};
-#if PAK_X86_VARIANTS
-    if (pak_isa_active() == PAK_ISA_AVX512)
-        job.run = pak_linear_bf16_native() ? run_bf16_native : run_bf16_avx512;
-#endif
+    const int64_t row_bytes = pak_weight_row_bytes(wtype, in);
+    if (row_bytes == 0)
+        return PAK_EINVAL;
+    if (rows == 0 || out == 0)
+        return PAK_OK;
+    linear_job job = {.x = x, .w = w, .y = y, .rows = rows, .out = out, .in = in, .y_f32 = y_f32,
+                      .row_bytes = row_bytes, .dense_row = in * elem_bytes, .panel = choose_panel(elem_bytes),
+                      .wtype = wtype, .decode = choose_decode(elem_bytes), .direct = choose_direct(elem_bytes),
+                      .run = run_quantized};
+    if (job.dense_row > PANEL_BYTES) { /* rows too long for the stack: NR rows per worker on the heap */
+        const int workers = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+        job.scratch = aligned_alloc(64, (size_t)((workers * job.dense_row * NR + 63) / 64 * 64));
+        if (job.scratch == NULL)
+            return PAK_ENOMEM;
+    }
     run_job(&job, threads);
+    free(job.scratch);
     return PAK_OK;
+}
+
+int pak_linear_quant_f32(const float *x, const uint8_t *w, int wtype, float *y, int64_t rows, int64_t out,
+                         int64_t in, int threads)
+{
+    return linear_quantized(x, w, wtype, y, 1, rows, out, in, threads, 4);
+}
+
+int pak_linear_quant_bf16(const uint16_t *x, const uint8_t *w, int wtype, void *y, int y_f32, int64_t rows,
+                          int64_t out, int64_t in, int threads)
+{
+    return linear_quantized(x, w, wtype, y, y_f32 != 0, rows, out, in, threads, 2);
 }

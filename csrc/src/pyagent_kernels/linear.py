@@ -7,6 +7,10 @@ so a sequence gives the same tokens alone or batched. bfloat16 is multiplied exa
 and rounded once (nearest, ties to even); on CPUs with AVX-512 BF16 the dot-product instruction
 does the work. Every instruction-set variant gives the same bits for normal numbers.
 
+The weight may also be a :class:`~pyagent_kernels.quantized.QuantizedWeight` (GGUF Q4_0, Q4_1 or
+Q8_0 blocks): the kernel decodes it as it goes and gives the bits of the product with the dequantized
+matrix, reading a quarter to a half of the bytes.
+
 The pure-torch fallback (:mod:`pyagent_kernels._linear_torch`) is batch-invariant too but sums in
 another order, so its bits differ from the C kernel's.
 """
@@ -19,6 +23,7 @@ from pyagent_kernels import _extension
 from pyagent_kernels._extension import Backend
 from pyagent_kernels._linear_torch import linear_torch
 from pyagent_kernels.errors import KernelArgumentError
+from pyagent_kernels.quantized import QuantizedWeight
 
 __all__ = ["linear"]
 
@@ -26,7 +31,8 @@ _POINTERS = {torch.float32: "float *", torch.bfloat16: "uint16_t *"}
 
 
 def _check(x: object, weight: object) -> None:
-    for name, value in (("x", x), ("weight", weight)):
+    dense = (("x", x),) if isinstance(weight, QuantizedWeight) else (("x", x), ("weight", weight))
+    for name, value in dense:
         if not isinstance(value, torch.Tensor):
             raise KernelArgumentError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
         if value.dim() != 2:
@@ -37,8 +43,8 @@ def _check(x: object, weight: object) -> None:
             raise KernelArgumentError(f"{name} must be a dense CPU tensor; pass {name}.cpu()")
         if not value.is_contiguous():
             raise KernelArgumentError(f"{name} is not contiguous; pass {name}.contiguous()")
-    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
-    if x.dtype != weight.dtype:
+    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor | QuantizedWeight)
+    if isinstance(weight, torch.Tensor) and x.dtype != weight.dtype:
         raise KernelArgumentError(f"x has dtype {x.dtype} but weight has {weight.dtype}; convert one with .to()")
     if x.shape[1] != weight.shape[1]:
         raise KernelArgumentError(
@@ -46,13 +52,13 @@ def _check(x: object, weight: object) -> None:
         )
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, *, out_dtype: torch.dtype | None = None,
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype: torch.dtype | None = None,
            threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
     """Return ``x @ weight.T`` (``[rows, out]``), batch-invariant.
 
     Args:
         x: float32 or bfloat16 ``[rows, in]``, contiguous, on CPU.
-        weight: ``[out, in]``, the same dtype, contiguous, on CPU.
+        weight: ``[out, in]``, the same dtype, contiguous, on CPU; or a :class:`QuantizedWeight`.
         out_dtype: the result's dtype: the inputs' (default) or float32. With bfloat16 inputs,
             float32 keeps the sums unrounded (logits: rounding them to bfloat16 makes ties); the
             torch fallback rounds to bfloat16 first.
@@ -72,15 +78,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, *, out_dtype: torch.dtype | No
     if threads < 1:
         raise KernelArgumentError(f"threads must be at least 1, got {threads}")
     if _extension.resolve(backend, "linear") == "torch":
-        return linear_torch(x, weight).to(out_dtype)
+        dense = weight.dequantize(x.dtype) if isinstance(weight, QuantizedWeight) else weight
+        return linear_torch(x, dense).to(out_dtype)
     ffi, lib = _extension.require()
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=out_dtype)
     pointer = _POINTERS[x.dtype]
-    inputs = ffi.cast(pointer, x.data_ptr()), ffi.cast(pointer, weight.data_ptr())
     sizes = x.shape[0], weight.shape[0], x.shape[1], threads
-    if x.dtype == torch.float32:
-        rc = lib.pak_linear_f32(*inputs, ffi.cast("float *", out.data_ptr()), *sizes)
+    x_ptr, y_ptr = ffi.cast(pointer, x.data_ptr()), ffi.cast("void *", out.data_ptr())
+    if isinstance(weight, QuantizedWeight):
+        w_ptr = ffi.cast("uint8_t *", weight.packed.data_ptr())
+        if x.dtype == torch.float32:
+            rc = lib.pak_linear_quant_f32(x_ptr, w_ptr, weight.type_id, y_ptr, *sizes)
+        else:
+            rc = lib.pak_linear_quant_bf16(x_ptr, w_ptr, weight.type_id, y_ptr, out_dtype == torch.float32, *sizes)
+    elif x.dtype == torch.float32:
+        rc = lib.pak_linear_f32(x_ptr, ffi.cast(pointer, weight.data_ptr()), y_ptr, *sizes)
     else:
-        rc = lib.pak_linear_bf16(*inputs, ffi.cast("void *", out.data_ptr()), out_dtype == torch.float32, *sizes)
+        rc = lib.pak_linear_bf16(x_ptr, ffi.cast(pointer, weight.data_ptr()), y_ptr, out_dtype == torch.float32,
+                                 *sizes)
     _extension.check_status(rc, "linear")
     return out

@@ -1,0 +1,140 @@
+"""linear with block-quantized weights: QuantizedWeight's values against the gguf package's own
+dequantization, and the C kernel (every ISA variant, register and panel paths, stack and heap
+buffers, any thread count) bit-identical to the dense product with those values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyagent_kernels
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyagent_kernels import KernelArgumentError
+from pyagent_kernels.linear import linear
+from pyagent_kernels.quantized import FORMATS, QuantizedWeight
+
+needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="pyagent_kernels._C is not built")
+GGML_TYPES = {"q4_0": GGMLQuantizationType.Q4_0, "q4_1": GGMLQuantizationType.Q4_1,
+              "q8_0": GGMLQuantizationType.Q8_0}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def gguf_blocks(fmt: str, out: int, inner: int, seed: int) -> np.ndarray:
+    """Random GGUF rows of ``fmt``: random codes, and finite float16 scales (normal and subnormal,
+    of either sign) written straight into the blocks."""
+    rng = np.random.default_rng(seed)
+    _, scales, codes = FORMATS[fmt]
+    blocks = rng.integers(0, 256, size=(out, inner // 32, 2 * scales + codes), dtype=np.uint8)
+    shape = (out, inner // 32, scales)
+    halves = rng.choice([-1.0, 1.0], size=shape) * np.exp2(rng.uniform(-26, 2, shape))
+    blocks[..., : 2 * scales] = halves.astype(np.float16).view(np.uint8).reshape(out, inner // 32, 2 * scales)
+    return blocks.reshape(out, -1)
+
+
+def weight_and_reference(fmt: str, out: int, inner: int, seed: int) -> tuple[QuantizedWeight, torch.Tensor]:
+    """A QuantizedWeight and the gguf package's float32 dequantization of the same bytes."""
+    blocks = gguf_blocks(fmt, out, inner, seed)
+    reference = dequantize(blocks, GGML_TYPES[fmt]).reshape(out, inner)
+    return QuantizedWeight.from_gguf(torch.from_numpy(blocks), fmt, inner), torch.from_numpy(reference.copy())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_values_are_the_gguf_packages(fmt: str) -> None:
+    """dequantize() and rows() give exactly gguf.quants.dequantize's float32 values."""
+    weight, reference = weight_and_reference(fmt, 7, 96, seed=1)
+    assert weight.shape == (7, 96) and weight.type_id == GGML_TYPES[fmt].value
+    assert torch.equal(weight.dequantize(), reference)
+    assert torch.equal(weight.dequantize(torch.bfloat16), reference.to(torch.bfloat16))
+    index = torch.tensor([6, 0, 6])
+    assert torch.equal(weight.rows(index), reference[index])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
+    """Rows the gguf package quantized from real numbers decode to what it dequantizes them to."""
+    values = np.random.default_rng(2).standard_normal((5, 64)).astype(np.float32)
+    blocks = quantize(values, GGML_TYPES[fmt])
+    weight = QuantizedWeight.from_gguf(torch.from_numpy(blocks), fmt, 64)
+    assert torch.equal(weight.dequantize(), torch.from_numpy(dequantize(blocks, GGML_TYPES[fmt]).reshape(5, 64)))
+
+
+# rows <= 4 decode into registers, more rows decode panels; out % 4 != 0 leaves single-row tiles;
+# out > 64 splits the work into chunks for the helper threads.
+SHAPES = [(1, 1, 32), (1, 7, 96), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536), (33, 6, 160)]
+
+
+@needs_c
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("rows", "out", "inner"), SHAPES)
+def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: int, out: int, inner: int) -> None:
+    weight, reference = weight_and_reference(fmt, out, inner, seed=rows * out + inner)
+    gen = torch.Generator().manual_seed(inner)
+    for dtype in DTYPES:
+        x = torch.randn(rows, inner, generator=gen).to(dtype)
+        dense = reference.to(dtype)
+        assert torch.equal(linear(x, weight, backend="c"), linear(x, dense, backend="c")), (c_isa, dtype)
+        if dtype == torch.bfloat16:
+            assert torch.equal(linear(x, weight, out_dtype=torch.float32, backend="c"),
+                               linear(x, dense, out_dtype=torch.float32, backend="c"))
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_longer_than_the_stack_panel(dtype: torch.dtype) -> None:
+    """A decoded row over 64 KiB goes through per-worker heap buffers; the bits do not change."""
+    inner = 32 * 1056  # float32: 132 KiB, bfloat16: 66 KiB per decoded row
+    weight, reference = weight_and_reference("q4_1", 10, inner, seed=3)
+    x = torch.randn(6, inner, generator=torch.Generator().manual_seed(3)).to(dtype)
+    expected = linear(x, reference.to(dtype), threads=1, backend="c")
+    for threads in (1, 2, 3):
+        assert torch.equal(linear(x, weight, threads=threads, backend="c"), expected)
+
+
+@needs_c
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 10), out=st.integers(1, 150), blocks=st.integers(1, 6), threads=st.integers(1, 3),
+       fmt=st.sampled_from(sorted(FORMATS)), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int, threads: int, fmt: str,
+                                              dtype: torch.dtype, seed: int) -> None:
+    weight, reference = weight_and_reference(fmt, out, 32 * blocks, seed)
+    x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    batched = linear(x, weight, threads=threads, backend="c")
+    assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
+    assert torch.equal(batched[rows - 1], linear(x[rows - 1 :], weight, threads=1, backend="c")[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_fallback_uses_the_dequantized_matrix(dtype: torch.dtype) -> None:
+    weight, reference = weight_and_reference("q4_0", 12, 64, seed=4)
+    x = torch.randn(3, 64).to(dtype)
+    assert torch.equal(linear(x, weight, backend="torch"), linear(x, reference.to(dtype), backend="torch"))
+
+
+def test_cat_stacks_rows() -> None:
+    first, first_ref = weight_and_reference("q8_0", 3, 64, seed=5)
+    second, second_ref = weight_and_reference("q8_0", 2, 64, seed=6)
+    both = QuantizedWeight.cat([first, second])
+    assert both.shape == (5, 64) and torch.equal(both.dequantize(), torch.cat((first_ref, second_ref)))
+    packed_again = QuantizedWeight(both.packed, "q8_0", 64)
+    assert torch.equal(packed_again.dequantize(), both.dequantize())
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20, dtype=torch.uint8), "q5_k", 32), "unknown quantized format"),
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20, dtype=torch.uint8), "q4_1", 48), "positive multiple"),
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 21, dtype=torch.uint8), "q4_1", 32), r"uint8 \[out, 20\]"),
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20), "q4_1", 32), r"uint8 \[out, 20\]"),
+    (lambda: QuantizedWeight(torch.zeros(2, 20, dtype=torch.uint8), "q4_1", 32), r"packed q4_1 .* \[out, 24\]"),
+    (lambda: QuantizedWeight.cat([]), "at least one"),
+    (lambda: QuantizedWeight.cat([weight_and_reference(fmt, 1, 32, 0)[0] for fmt in ("q8_0", "q4_0")]),
+     "cannot stack q4_0 rows"),
+    (lambda: linear(torch.zeros(1, 64), weight_and_reference("q8_0", 2, 32, 0)[0]), "features per row"),
+    (lambda: linear(torch.zeros(1, 32, dtype=torch.float16), weight_and_reference("q8_0", 2, 32, 0)[0]),
+     "float32 or torch.bfloat16"),
+])
+def test_bad_arguments_raise(build: object, message: str) -> None:
+    with pytest.raises(KernelArgumentError, match=message):
+        build()  # type: ignore[operator]
