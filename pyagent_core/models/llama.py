@@ -6,7 +6,8 @@ keys and values into the layer's cache), output projection and residual; RMSNorm
 gate/up projection, SwiGLU, down projection and residual. A final RMSNorm and the output head
 (tied to the embedding when the model says so) give float32 logits for the requested rows only.
 Every matrix product goes through :func:`pyagent_kernels.linear.linear`, whose rows do not depend
-on the other rows of the batch, so a sequence's tokens do not depend on its batch. A weight may be
+on the other rows of the batch, so a sequence's tokens do not depend on its batch; the norms, RoPE
+and SwiGLU between them are one call each (:mod:`pyagent_kernels.layer_ops`). A weight may be
 a :class:`~pyagent_kernels.quantized.QuantizedWeight` (a GGUF file's blocks, decoded by the kernel
 into the values the dequantized matrix holds), which gives the same bits from fewer bytes.
 
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import torch
 import torch.nn.functional as F
+from pyagent_kernels.layer_ops import add_rms_norm, rope_split, silu_mul
 from pyagent_kernels.linear import linear
 from pyagent_kernels.quantized import QuantizedWeight
 
@@ -172,14 +174,6 @@ class LlamaModel:
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """RMSNorm computed in float32, rounded to the working dtype, then scaled by ``weight`` (as
-        transformers does); in float32 one fused call gives the same bits."""
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), weight, eps=self.config.rms_norm_eps)
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.config.rms_norm_eps)
-        return weight * normed.to(x.dtype)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -209,27 +203,21 @@ class LlamaModel:
         """
         cfg = self.config
         tokens, heads, kv_heads, dim = input_ids.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        cos = self.rope_cos[positions].unsqueeze(1)
-        sin = self.rope_sin[positions].unsqueeze(1)
+        eps = cfg.rms_norm_eps
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
         if isinstance(self.embed_tokens, QuantizedWeight):
             hidden = self.embed_tokens.rows(input_ids, self.dtype)
         else:
             hidden = F.embedding(input_ids, self.embed_tokens)
+        delta: torch.Tensor | None = None  # the last layer's MLP output, added to the residual stream
         for index, layer in enumerate(self.layers):
-            qkv = linear(self._rms_norm(hidden, layer.input_norm), layer.qkv, threads=threads)
-            qk = qkv[:, : (heads + kv_heads) * dim].view(tokens, heads + kv_heads, dim)
-            first, second = qk.chunk(2, dim=-1)  # rotate-half RoPE, queries and keys at once
-            qk = qk * cos + torch.cat((-second, first), dim=-1) * sin
-            out = attention.forward(
-                qk[:, :heads].contiguous(),
-                qk[:, heads:].contiguous(),
-                qkv[:, (heads + kv_heads) * dim :].reshape(tokens, kv_heads, dim).contiguous(),
-                kv_caches[index],
-                metadata,
-                index,
-            )
-            hidden = hidden + linear(out.reshape(tokens, heads * dim), layer.o_proj, threads=threads)
-            gate, up = linear(self._rms_norm(hidden, layer.post_norm), layer.gate_up, threads=threads).chunk(2, dim=-1)
-            hidden = hidden + linear(F.silu(gate) * up, layer.down, threads=threads)
-        last = self._rms_norm(hidden[logits_indices], self.norm)
+            normed = add_rms_norm(hidden, layer.input_norm, eps, delta)
+            q, k, v = rope_split(linear(normed, layer.qkv, threads=threads), cos, sin, heads, kv_heads, dim)
+            out = attention.forward(q, k, v, kv_caches[index], metadata, index)
+            attended = linear(out.reshape(tokens, heads * dim), layer.o_proj, threads=threads)
+            normed = add_rms_norm(hidden, layer.post_norm, eps, attended)
+            delta = linear(silu_mul(linear(normed, layer.gate_up, threads=threads)), layer.down, threads=threads)
+        if delta is not None:
+            hidden += delta
+        last = add_rms_norm(hidden[logits_indices], self.norm, eps)
         return linear(last, self.lm_head, out_dtype=torch.float32, threads=threads)
