@@ -47,6 +47,10 @@ class QuantizedWeight:
         self.packed = packed
         self.format = fmt
         self.in_features = in_features
+        self.shape: tuple[int, int] = (packed.shape[0], in_features)
+        """``(out, in)``, the shape of the dense matrix."""
+        self.type_id: int = FORMATS[fmt][0]
+        """The GGML type id of the format (the kernel's ``wtype``)."""
 
     @classmethod
     def from_gguf(cls, blocks: torch.Tensor, fmt: str, in_features: int) -> QuantizedWeight:
@@ -58,16 +62,6 @@ class QuantizedWeight:
         wide = per_block[..., : 2 * scales].contiguous().view(torch.float16).float().view(torch.uint8)
         return cls(torch.cat((wide, per_block[..., 2 * scales :]), dim=-1).reshape(blocks.shape[0], -1),
                    fmt, in_features)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """``(out, in)``, the shape of the dense matrix."""
-        return self.packed.shape[0], self.in_features
-
-    @property
-    def type_id(self) -> int:
-        """The GGML type id of the format (the kernel's ``wtype``)."""
-        return FORMATS[self.format][0]
 
     def __repr__(self) -> str:
         return f"QuantizedWeight({self.format}, shape={list(self.shape)})"
