@@ -10,28 +10,11 @@
 
 #include "pyagent/common.h"
 #include "pyagent/layer_ops.h"
+#include "common/bf16.h"
 #include "common/variant.h"
 #include "sampling/vecmath.h"
 
 #define LANES 16
-
-static inline float widen(uint16_t h)
-{
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t narrow(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((bits >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);     /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}
 
 /* The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1). */
 static inline float sum_lanes(const float *lane)

@@ -8,7 +8,7 @@ PAK_INLINE void PAK_V(load)(const void *p, int bf16, int64_t at, int64_t n, floa
     if (bf16) {
         const uint16_t *src = (const uint16_t *)p + at;
         for (int64_t i = 0; i < n; ++i)
-            dst[i] = widen(src[i]);
+            dst[i] = pak_bf16_to_f32(src[i]);
     } else {
         memcpy(dst, (const float *)p + at, (size_t)n * sizeof(float));
     }
@@ -19,7 +19,7 @@ PAK_INLINE void PAK_V(store)(const float *restrict src, int bf16, void *p, int64
     if (bf16) {
         uint16_t *dst = (uint16_t *)p + at;
         for (int64_t i = 0; i < n; ++i)
-            dst[i] = narrow(src[i]);
+            dst[i] = pak_f32_to_bf16(src[i]);
     } else {
         memcpy((float *)p + at, src, (size_t)n * sizeof(float));
     }
@@ -30,7 +30,7 @@ PAK_INLINE void PAK_V(round)(float *restrict x, int bf16, int64_t n)
 {
     if (bf16)
         for (int64_t i = 0; i < n; ++i)
-            x[i] = widen(narrow(x[i]));
+            x[i] = pak_bf16_to_f32(pak_f32_to_bf16(x[i]));
 }
 
 static void PAK_V(norm_rows)(void *hidden, const void *delta, const void *weight, void *out, int bf16,

@@ -23,6 +23,7 @@
 
 #include "pyagent/common.h"
 #include "pyagent/linear.h"
+#include "common/bf16.h"
 #include "common/variant.h"
 #include "linear/quant_blocks.h"
 
@@ -40,24 +41,6 @@
 
 /* ---------------------------------------------------------------------------------------------
  * Scalar helpers and the portable variant. */
-
-static inline float bf16_to_f32(uint16_t h)
-{
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((bits >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);     /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}
 
 static inline float reduce_lanes(const float *lane)
 {
@@ -88,7 +71,7 @@ static float dot_bf16_generic(const uint16_t *x, const uint16_t *w, int64_t k)
     for (int64_t c = 0; c < k; c += 2 * LANES)
         for (int j = 0; j < LANES; ++j)
             for (int64_t i = c + 2 * j + 1; i >= c + 2 * j; --i)
-                lane[j] = i < k ? fmaf(bf16_to_f32(x[i]), bf16_to_f32(w[i]), lane[j]) : lane[j] + 0.0f;
+                lane[j] = i < k ? fmaf(pak_bf16_to_f32(x[i]), pak_bf16_to_f32(w[i]), lane[j]) : lane[j] + 0.0f;
     return reduce_lanes(lane);
 }
 
@@ -132,7 +115,7 @@ static inline void store_bf16_result(const linear_job *job, int64_t index, float
     if (job->y_f32)
         ((float *)job->y)[index] = value;
     else
-        ((uint16_t *)job->y)[index] = f32_to_bf16(value);
+        ((uint16_t *)job->y)[index] = pak_f32_to_bf16(value);
 }
 
 static void panel_bf16_generic(const linear_job *job, const void *w_rows, int64_t n0, int64_t n1)
@@ -163,7 +146,7 @@ static void decode_bf16_generic(int wtype, const uint8_t *rows, int64_t row_byte
         for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {
             decode_block_scalar(wtype, rows + r * row_bytes + b * block_bytes, weights);
             for (int j = 0; j < QUANT_BLOCK; ++j)
-                out[r * in + b * QUANT_BLOCK + j] = f32_to_bf16(weights[j]);
+                out[r * in + b * QUANT_BLOCK + j] = pak_f32_to_bf16(weights[j]);
         }
 }
 
