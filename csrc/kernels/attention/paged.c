@@ -9,6 +9,7 @@
 
 #include "pyagent/attention.h"
 #include "pyagent/common.h"
+#include "common/bf16.h"
 #include "common/variant.h"
 #include "sampling/vecmath.h"
 
@@ -55,17 +56,6 @@ PAK_INLINE float pak_hsum16(pak_v16f v)
     memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
     a += b;
     return (a[0] + a[2]) + (a[1] + a[3]);
-}
-
-/* float32 to bfloat16 bits, rounding to nearest even (NaN stays a quiet NaN), as torch does. */
-PAK_INLINE uint16_t pak_to_bf16(float x)
-{
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((bits >> 16) | 0x40u);
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
 }
 
 #define PAK_IMPL "attention/paged_impl.h"

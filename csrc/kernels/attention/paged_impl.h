@@ -162,7 +162,7 @@ static void PAK_V(attend)(const pak_attn *a, const pak_item *item, const pak_att
         for (int64_t d = 0; d < size; ++d) {
             const float x = acc[d] * inv;
             if (a->bf16)
-                ((uint16_t *)dst)[d] = pak_to_bf16(x);
+                ((uint16_t *)dst)[d] = pak_f32_to_bf16(x);
             else
                 ((float *)dst)[d] = x;
         }
