@@ -71,7 +71,9 @@ def test_dynatemp_then_temperature_divides_by_the_entropy_temperature(row, tempe
         expected = expected / dynamic
     else:
         expected = torch.where(expected == expected.max(), expected / temperature, -math.inf)
-    torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-9)
+    # a near-deterministic row has an entropy of ~1e-7 whose log(1 - eps) terms carry a relative error
+    # of ~1e-16 / eps in either implementation; dividing by the tiny temperature keeps that error
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-9)
 
 
 def test_dynatemp_extremes_of_entropy():
