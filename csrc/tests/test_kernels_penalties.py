@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyagent_kernels import KernelArgumentError
-from pyagent_kernels.penalties import PenaltyCounts, apply_penalties, update_penalty_counts
+from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, apply_penalties, update_penalty_counts
 
 COMPILED = bool(pyagent_kernels.status()["compiled"])
 BACKENDS = ["torch", pytest.param("c", marks=pytest.mark.skipif(not COMPILED, reason="not built"))]
@@ -107,8 +107,12 @@ def test_c_equals_torch(seed: int, vocab: int, rows: int) -> None:
         by_backend[backend] = (logits, counts)
     (c_logits, c_counts), (t_logits, t_counts) = by_backend["c"], by_backend["torch"]
     assert torch.equal(c_logits.view(torch.int32), t_logits.view(torch.int32))
-    for name in ("seen", "out", "bits"):
+    for name in ("seen", "out", "bits", "num_present"):
         assert torch.equal(getattr(c_counts, name), getattr(t_counts, name))
+    for slot in range(rows):  # the same tokens in the same order; past the count, nothing to compare
+        n = int(c_counts.num_present[slot])
+        assert torch.equal(c_counts.present[slot, :n], t_counts.present[slot, :n])
+        assert sorted(c_counts.present[slot, :n].tolist()) == (c_counts.seen[slot] > 0).nonzero().flatten().tolist()
 
 
 def test_all_isas_agree(c_isa: str) -> None:
@@ -129,14 +133,15 @@ def test_bad_updates_change_nothing(backend: str) -> None:
     counts = PenaltyCounts(2, 10)
     i32 = lambda *v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
     update_penalty_counts(counts, i32(0, 1), i32(3, 4), i32(1, 1), i32(1, 0), backend=backend)
-    before = [t.clone() for t in (counts.seen, counts.out, counts.bits)]
+    before = [t.clone() for t in (counts.seen, counts.out, counts.bits, counts.present, counts.num_present)]
     with pytest.raises(KernelArgumentError, match="token 10"):
         update_penalty_counts(counts, i32(0, 0), i32(3, 10), i32(1, 1), i32(0, 0), backend=backend)
     with pytest.raises(KernelArgumentError, match="slot 2"):
         update_penalty_counts(counts, i32(2), i32(3), i32(1), i32(0), backend=backend)
     with pytest.raises(KernelArgumentError, match="negative"):
         update_penalty_counts(counts, i32(1, 0), i32(4, 3), i32(-1, -2), i32(0, 0), backend=backend)
-    assert all(torch.equal(a, b) for a, b in zip(before, (counts.seen, counts.out, counts.bits), strict=True))
+    after = (counts.seen, counts.out, counts.bits, counts.present, counts.num_present)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert counts.bits[0, 0] == 1 << 3 and counts.bits[1, 0] == 1 << 4
 
 
@@ -156,3 +161,61 @@ def test_bad_parameters_raise_before_writing(backend: str) -> None:
     with pytest.raises(KernelArgumentError, match="slots"):
         apply_penalties(logits, counts, i32(0, 1), repetition=torch.tensor([2.0, 2.0]), backend=backend)
     assert torch.equal(logits, torch.ones(2, 8))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sequences_update_like_tensors(backend: str) -> None:
+    rng = random.Random(8)
+    entries = [(rng.randrange(3), rng.randrange(50), 1, rng.randrange(2)) for _ in range(200)]
+    by_tensors, by_lists = PenaltyCounts(3, 50), PenaltyCounts(3, 50)
+    columns = [list(column) for column in zip(*entries, strict=True)]
+    update_penalty_counts(by_tensors, *(torch.tensor(c, dtype=torch.int32) for c in columns), backend=backend)
+    update_penalty_counts(by_lists, *columns, backend=backend)
+    for name in ("seen", "out", "bits", "present", "num_present"):
+        assert torch.equal(getattr(by_tensors, name), getattr(by_lists, name))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_present_lists_follow_arrivals_and_departures(backend: str) -> None:
+    """Tokens are listed in the order they appear; one that leaves is replaced by the last."""
+    counts = PenaltyCounts(2, 20)
+    update_penalty_counts(counts, [0, 0, 0, 0, 1], [5, 9, 5, 2, 7], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], backend=backend)
+    assert counts.present[0, :3].tolist() == [5, 9, 2] and counts.num_present.tolist() == [3, 1]
+    update_penalty_counts(counts, [0, 0], [5, 9], [-1, -1], [0, 0], backend=backend)  # 5 stays (count 1)
+    assert counts.present[0, :2].tolist() == [5, 2] and int(counts.num_present[0]) == 2
+    update_penalty_counts(counts, [0, 0, 0], [5, 11, 2], [-1, 1, -1], [0, 0, 0], backend=backend)
+    assert counts.present[0, :1].tolist() == [11] and int(counts.num_present[0]) == 1
+    counts.clear(0)
+    assert int(counts.num_present[0]) == 0 and int(counts.num_present[1]) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_sequences(backend: str) -> None:
+    counts = PenaltyCounts(1, 10)
+    with pytest.raises(KernelArgumentError, match="tokens must be a sequence of 2 ints"):
+        update_penalty_counts(counts, [0, 0], [1], [1, 1], [0, 0], backend=backend)
+    with pytest.raises(KernelArgumentError, match="d_out must be a sequence"):
+        update_penalty_counts(counts, [0], [1], [1], torch.zeros(1, dtype=torch.int32), backend=backend)
+    with pytest.raises(KernelArgumentError, match="token 12"):
+        update_penalty_counts(counts, [0], [12], [1], [0], backend=backend)
+    if backend == "c":
+        with pytest.raises(KernelArgumentError, match="must hold int32 integers"):
+            update_penalty_counts(counts, [0], [2**40], [1], [0], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_params_object_equals_the_function(backend: str) -> None:
+    rng = random.Random(4)
+    histories, params = random_case(rng, 4, 300)
+    counts = build(histories, 300, backend)
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(2)) * 3
+    slots = list(range(3, -1, -1))
+    rp, fp, pp = ([p[i] for p in params] for i in range(3))
+    want = logits.clone()
+    apply_penalties(want, counts, torch.tensor(slots, dtype=torch.int32), repetition=torch.tensor(rp),
+                    frequency=torch.tensor(fp), presence=torch.tensor(pp), backend=backend)
+    got = logits.clone()
+    PenaltyParams(slots, repetition=rp, frequency=fp, presence=pp).apply(got, counts, backend=backend)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    with pytest.raises(KernelArgumentError, match="logits has shape"):
+        PenaltyParams(slots).apply(torch.zeros(3, 300), counts, backend=backend)

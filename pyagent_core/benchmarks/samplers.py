@@ -5,7 +5,8 @@ temperature 0.8 (in that order, temperature last), then the token draw:
 
 - ``c``: the pyagent samplers as the engine runs them (``penalties`` processor, the reference
   top_k / top_p / min_p / temperature processors fused into one C kernel call by the chain, the
-  ``gumbel`` selector), every kernel in C;
+  ``gumbel`` selector, which looks only at the tokens the fused call recorded as kept), every
+  kernel in C;
 - ``torch``: the same objects with every kernel on its pure-torch fallback (bit-identical results);
 - ``transformers`` (the peer): ``LogitsProcessorList([RepetitionPenalty, TopK, TopP, MinP,
   Temperature])`` and ``torch.multinomial`` over the softmax, as ``generate()`` does.
@@ -43,6 +44,7 @@ def _histories(rows: int, vocab: int, seed: int) -> list[tuple[list[int], list[i
 
 def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[list[int]], None]]:
     """The pyagent chain with every kernel on ``backend``; returns (step, append tokens)."""
+    from pyagent_kernels.sampling import KeptTokens
     from pyagent_samplers_gumbel.selector import GumbelSelector
     from pyagent_samplers_penalties.processor import PenaltiesProcessor
     from pyagent_samplers_reference.min_p import MinPProcessor
@@ -56,6 +58,7 @@ def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[
     penalties = PenaltiesProcessor({"backend": backend}, vocab)
     masks = [cls({}, vocab) for cls in (TopKProcessor, TopPProcessor, MinPProcessor, TemperatureProcessor)]
     selector = GumbelSelector({"backend": backend}, vocab)
+    kept = KeptTokens()
     histories = _histories(rows, vocab, seed=1)
     added = tuple(AddedRequest(r, {**PARAMS, "seed": r}, prompt, output)
                   for r, (prompt, output) in enumerate(histories))
@@ -64,8 +67,8 @@ def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[
 
     def step(logits: torch.Tensor) -> torch.Tensor:
         logits = penalties.apply(logits)
-        logits = apply_processors(masks, logits, backend=backend)
-        return selector.select(logits)
+        logits = apply_processors(masks, logits, backend=backend, kept=kept)
+        return selector.select(logits, kept=kept)
 
     def append(tokens: list[int]) -> None:
         for request, token in zip(added, tokens, strict=True):

@@ -3,9 +3,13 @@
 A processor takes part when its class sets ``mask_step`` (one of :data:`STEPS`) and it has
 ``row_values()`` (its per-row parameter values, as the reference processors do). A run of such
 processors in the kernel's order (``top_k < top_p < min_p``, with ``temperature`` either first or
-last) becomes a single ``pyagent_kernels.sampling.apply_sampling_mask`` call, which never sorts the
-whole vocabulary. Fusion needs the compiled C extension and float32 CPU logits; otherwise, and for
+last) becomes a single call of the fused mask kernel (``pyagent_kernels.sampling``), which never
+sorts the whole vocabulary. Fusion needs the compiled C extension and float32 CPU logits; otherwise, and for
 processors that do not take part, each processor's own ``apply`` runs.
+
+The per-row parameters of a run are built into a ``pyagent_kernels.sampling.SamplingParams`` once
+per batch composition. Given a ``KeptTokens``, the last run records which tokens each row kept
+when it ends the chain, so that a selector can skip the rest of the row.
 
 The fused call has the kernel's semantics: the same temperature scaling, top-k and min-p results
 (min-p as ``logit - max >= log(min_p)`` in double precision), and top-p equal to the separate
@@ -17,6 +21,7 @@ probabilities in double, descending; the processor sums a float32 softmax ascend
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,18 +30,18 @@ import torch
 from pyagent_core.interfaces.sampler import LogitsProcessor
 
 STEPS = ("temperature", "top_k", "top_p", "min_p")
-_INT32_MAX = 2**31 - 1
 
 
 @functools.cache
 def _mask_kernel() -> Any:
-    """``apply_sampling_mask`` when the compiled kernels are importable, else None."""
+    """``pyagent_kernels.sampling.SamplingParams`` when the compiled kernels are importable, else
+    None (``auto`` fuses only then)."""
     try:
         import pyagent_kernels
-        from pyagent_kernels.sampling import apply_sampling_mask
+        from pyagent_kernels.sampling import SamplingParams
     except ImportError:
         return None
-    return apply_sampling_mask if pyagent_kernels.status()["compiled"] else None
+    return SamplingParams if pyagent_kernels.status()["compiled"] else None
 
 
 def mask_step(processor: LogitsProcessor) -> str | None:
@@ -72,64 +77,69 @@ def _extends(run: list[LogitsProcessor], step: str) -> bool:
     return not others or STEPS.index(step) > STEPS.index(str(others[-1]))
 
 
-_cache: dict[tuple[int, ...], tuple[tuple[Any, ...], dict[str, torch.Tensor], bool]] = {}
+_cache: dict[int, tuple[list[Any], Any]] = {}
+_runs_cache: dict[tuple[int, ...], list[list[LogitsProcessor]]] = {}
 
 
-def _params(run: list[LogitsProcessor], vocab: int) -> tuple[dict[str, torch.Tensor], bool]:
-    """The kernel's per-row parameter tensors of a run, and whether temperature comes last.
+def _runs(processors: Sequence[LogitsProcessor]) -> list[list[LogitsProcessor]]:
+    """:func:`fused_runs`, remembered per sequence of processor objects (the cache holds them)."""
+    key = tuple(id(processor) for processor in processors)
+    runs = _runs_cache.get(key)
+    if runs is None:
+        if len(_runs_cache) > 64:
+            _runs_cache.clear()
+        runs = _runs_cache[key] = fused_runs(processors)
+    return runs
 
-    The processors keep their ``row_values()`` list until the batch changes, so the tensors built
-    from those lists are reused while the lists are the same objects.
+
+def _params(run: list[LogitsProcessor], vocab: int) -> Any:
+    """The kernel's per-row parameters of a run, as a ``SamplingParams``.
+
+    The processors keep their ``row_values()`` list until the batch changes, so the parameters
+    built from those lists are reused while the lists are the same objects.
     """
-    values = tuple(processor.row_values() for processor in run)  # type: ignore[attr-defined]
-    key = tuple(id(processor) for processor in run)
-    cached = _cache.get(key)
-    if cached is not None and all(a is b for a, b in zip(cached[0], values, strict=True)):
-        return cached[1], cached[2]
-    params, temperature_last = _build_params(run, values, vocab)
+    values = [processor.row_values() for processor in run]  # type: ignore[attr-defined]
+    cached = _cache.get(id(run))  # runs come from _runs_cache, which keeps them alive
+    if cached is not None and all(map(operator.is_, cached[0], values)):
+        return cached[1]
+    params = _build_params(run, tuple(values), vocab)
     if len(_cache) > 64:
         _cache.clear()
-    _cache[key] = (values, params, temperature_last)
-    return params, temperature_last
+    _cache[id(run)] = (values, params)
+    return params
 
 
-def _build_params(run: list[LogitsProcessor], row_values: tuple[Any, ...],
-                  vocab: int) -> tuple[dict[str, torch.Tensor], bool]:
-    params: dict[str, torch.Tensor] = {}
+def _build_params(run: list[LogitsProcessor], row_values: tuple[Any, ...], vocab: int) -> Any:
+    from pyagent_kernels.sampling import SamplingParams
+
+    steps: dict[str, list[Any]] = {}
     for processor, values in zip(run, row_values, strict=True):
-        step = mask_step(processor)
-        if step == "top_k":
-            params[step] = torch.tensor([min(int(v), vocab, _INT32_MAX) for v in values], dtype=torch.int32)
-        else:
-            params[str(step)] = torch.tensor([float(v) for v in values], dtype=torch.float32)
+        step = str(mask_step(processor))
+        steps[step] = [min(int(v), vocab) for v in values] if step == "top_k" else [float(v) for v in values]
     temperature_last = len(run) > 1 and mask_step(run[-1]) == "temperature"
-    return params, temperature_last
+    return SamplingParams(temperature=steps.get("temperature"), top_k=steps.get("top_k"), top_p=steps.get("top_p"),
+                          min_p=steps.get("min_p"), temperature_last=temperature_last)
 
 
 def apply_processors(processors: Sequence[LogitsProcessor], logits: torch.Tensor,
-                     backend: str = "auto") -> torch.Tensor:
+                     backend: str = "auto", kept: Any = None) -> torch.Tensor:
     """Apply ``processors`` in order to the batch's logits, fusing what can be fused.
 
     ``backend``: "auto" fuses through the C kernel when it is built (else runs each processor);
     "c" or "torch" always fuse, with that implementation of the kernel (benchmarks use "torch").
+    ``kept``: a ``pyagent_kernels.sampling.KeptTokens``, filled when the chain ends with a fused
+    call and cleared otherwise (see ``pyagent_kernels.gumbel``).
     """
-    kernel = _mask_kernel() if backend == "auto" else _kernel_function()
-    fusable = kernel is not None and logits.dtype == torch.float32 and logits.device.type == "cpu"
-    for run in fused_runs(processors) if fusable else [[p] for p in processors]:
+    if kept is not None:
+        kept.clear()
+    available = _mask_kernel() is not None if backend == "auto" else True
+    fusable = available and logits.dtype == torch.float32 and logits.device.type == "cpu"
+    runs = _runs(processors) if fusable else [[p] for p in processors]
+    for index, run in enumerate(runs):
         if len(run) == 1:
             logits = run[0].apply(logits)
             continue
-        params, temperature_last = _params(run, logits.shape[1])
         logits = logits.contiguous()
-        if backend == "auto":
-            kernel(logits, temperature_last=temperature_last, **params)
-        else:
-            kernel(logits, temperature_last=temperature_last, backend=backend, **params)
+        last = index == len(runs) - 1
+        _params(run, logits.shape[1]).apply(logits, kept=kept if last else None, backend=backend)
     return logits
-
-
-def _kernel_function() -> Any:
-    """``apply_sampling_mask`` (raises ImportError without pyagent-kernels)."""
-    from pyagent_kernels.sampling import apply_sampling_mask
-
-    return apply_sampling_mask

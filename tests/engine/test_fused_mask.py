@@ -57,3 +57,17 @@ def test_runs_follow_the_kernel_order() -> None:
     assert steps("temperature,top_k,min_p") == [["temperature", "top_k", "min_p"]]
     assert steps("top_p,top_k,temperature,min_p") == [["top_p"], ["top_k", "temperature"], ["min_p"]]
     assert steps("temperature,temperature") == [["temperature"], ["temperature"]]
+
+
+def test_kept_tokens_come_from_a_fused_call_that_ends_the_chain() -> None:
+    if fused_mask._mask_kernel() is None:
+        pytest.skip("pyagent_kernels._C is not built")
+    from pyagent_kernels.sampling import KeptTokens
+
+    logits = torch.randn(len(ROW_PARAMS), 1000, generator=torch.Generator().manual_seed(6)) * 3
+    kept = KeptTokens()
+    out = apply_processors(build(["top_k", "top_p", "temperature"], 1000), logits.clone(), kept=kept)
+    assert kept.matches(out)
+    assert kept.tokens(0) == torch.isfinite(out[0]).nonzero().flatten().tolist()
+    out = apply_processors(build(["top_p", "top_k"], 1000), logits.clone(), kept=kept)  # no fused run
+    assert not kept.matches(out)

@@ -4,6 +4,7 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #include <immintrin.h> /* the AVX-512 variant of mask_impl.h uses a few intrinsics */
 #endif
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -15,30 +16,55 @@
 
 /* Scratch of one thread, sized for one row and reused for each of its rows. */
 typedef struct {
-    uint32_t *keys; /* vocab + pak_num_blocks(vocab, 16) entries: candidate keys */
+    uint32_t *keys; /* vocab + pak_num_blocks(vocab, PAK_BLOCK) entries: candidate keys */
     uint32_t *tmp;  /* as many: radix-sort buffer */
     double *w;      /* vocab entries: candidate weights */
-    float *bmax;    /* pak_num_blocks(vocab, 16) entries: per-block maxima */
+    float *bmax;    /* pak_num_blocks(vocab, PAK_BLOCK) entries: per-block maxima */
+    float *cval;    /* vocab + 16 entries: top-k candidate values */
+    int32_t *cidx;  /* as many: their token ids */
 } pak_scratch;
+
+/* Where a row's kept tokens go when `on`: idx holds up to cap ids and val their logits; count is
+ * how many, or -1 when they were not recorded (more than cap, or a row the mask did not write). */
+typedef struct {
+    int32_t *idx;
+    float *val;
+    int64_t cap;
+    int64_t count;
+    int on;
+} pak_kept;
 
 /* Threads per call are capped at PAK_MAX_THREADS and get at least PAK_LOGITS_PER_THREAD logits. */
 #define PAK_MAX_THREADS 64
 #define PAK_LOGITS_PER_THREAD (INT64_C(1) << 17)
 
-/* Values per block of the block maxima: 64, or fewer (down to 16) so that top-k has about 4k
- * blocks; the top-k prefilter needs at least k of them. */
-static int64_t pak_block_size(int64_t n, int64_t k)
+/* Values per block of the block maxima of the top-p path. */
+#define PAK_BLOCK 64
+
+/* Most keys sorted by rank (mask_impl.h, rank_sort_desc); more go to pak_sort_desc. */
+#define PAK_RANK_SORT_MAX 128
+
+/* The top-k pass prefetches this many values ahead: the row usually comes from L3 or memory, and
+ * its branches on candidates keep the hardware prefetcher from running far enough ahead. */
+#define PAK_PREFETCH_AHEAD 2048
+
+/* The top-k pass shrinks its candidate buffer when it holds more than pak_shrink_trigger(k) values,
+ * down to about pak_shrink_most(k) of them (ties permitting). */
+static int64_t pak_shrink_trigger(int64_t k)
 {
-    int64_t blk = 64;
-    while (blk > 16 && k > 0 && (n + blk - 1) / blk < 4 * k)
-        blk /= 2;
-    return blk;
+    return 2 * k + 64;
+}
+
+static int64_t pak_shrink_most(int64_t k)
+{
+    return k + k / 4 + 8;
 }
 
 #define PAK_IMPL "sampling/mask_impl.h"
 #include "common/variants.h"
 
-typedef int (*pak_row_fn)(float *restrict, int64_t, float, int32_t, float, float, int, const pak_scratch *);
+typedef int (*pak_row_fn)(float *restrict, int64_t, float, int32_t, float, float, int, const pak_scratch *,
+                          pak_kept *);
 
 static pak_row_fn pick_row_fn(void)
 {
@@ -76,35 +102,79 @@ typedef struct {
     const float *temperature, *top_p, *min_p;
     const int32_t *top_k;
     int t_last;
+    int32_t *kept, *kept_count;
+    float *kept_values;
+    int64_t kept_cap;
     pak_row_fn row_fn;
+    int on_caller; /* runs on the calling thread (uses its cached scratch) */
     int rc;
     int64_t err_row;
 } pak_job;
 
+static void scratch_free(pak_scratch *sc)
+{
+    free(sc->keys);
+    free(sc->tmp);
+    free(sc->w);
+    free(sc->bmax);
+    free(sc->cval);
+    free(sc->cidx);
+    *sc = (pak_scratch){0};
+}
+
+/* Allocate scratch for rows of n values; PAK_ENOMEM (and nothing held) on failure. */
+static int scratch_alloc(pak_scratch *sc, int64_t n)
+{
+    const size_t nb = (size_t)pak_num_blocks(n, PAK_BLOCK);
+    /* the keys also hold the block maxima, which can outnumber the values of a short row */
+    sc->keys = malloc(((size_t)n + nb) * sizeof *sc->keys);
+    sc->tmp = malloc(((size_t)n + nb) * sizeof *sc->tmp);
+    sc->w = malloc((size_t)n * sizeof *sc->w + 1);
+    sc->bmax = malloc(nb * sizeof *sc->bmax);
+    sc->cval = malloc(((size_t)n + 16) * sizeof *sc->cval);
+    sc->cidx = malloc(((size_t)n + 16) * sizeof *sc->cidx);
+    if (sc->keys && sc->tmp && sc->w && sc->bmax && sc->cval && sc->cidx)
+        return PAK_OK;
+    scratch_free(sc);
+    return PAK_ENOMEM;
+}
+
+/* The calling thread keeps its scratch between calls (one vocabulary size at a time), so a call
+ * on it allocates nothing; worker threads allocate their own. */
+static __thread pak_scratch cached_scratch;
+static __thread int64_t cached_vocab = -1;
+
 static void *run_job(void *arg)
 {
     pak_job *job = arg;
-    const size_t n = (size_t)job->vocab;
-    pak_scratch sc;
-    /* the keys also hold the block maxima, which can outnumber the values of a short row */
-    const size_t nkeys = n + (size_t)pak_num_blocks(job->vocab, 16);
-    sc.keys = malloc(nkeys * sizeof *sc.keys);
-    sc.tmp = malloc(nkeys * sizeof *sc.tmp);
-    sc.w = malloc(n * sizeof *sc.w);
-    sc.bmax = malloc((size_t)pak_num_blocks(job->vocab, 16) * sizeof *sc.bmax);
-    job->rc = (sc.keys && sc.tmp && sc.w && sc.bmax) ? PAK_OK : PAK_ENOMEM;
+    pak_scratch own = {0};
+    pak_scratch *sc = &own;
+    if (job->on_caller) {
+        if (cached_vocab != job->vocab) {
+            scratch_free(&cached_scratch);
+            cached_vocab = scratch_alloc(&cached_scratch, job->vocab) == PAK_OK ? job->vocab : -1;
+        }
+        sc = &cached_scratch;
+        job->rc = cached_vocab == job->vocab ? PAK_OK : PAK_ENOMEM;
+    } else {
+        job->rc = scratch_alloc(sc, job->vocab);
+    }
     job->err_row = job->rc == PAK_OK ? -1 : job->row_begin;
     for (int64_t r = job->row_begin; r < job->row_end && job->rc == PAK_OK; ++r) {
+        pak_kept kept = {job->kept ? job->kept + r * job->kept_cap : NULL,
+                         job->kept_values ? job->kept_values + r * job->kept_cap : NULL, job->kept_cap, -1,
+                         job->kept_count != NULL};
         job->rc = job->row_fn(job->logits + r * job->vocab, job->vocab,
                               job->temperature ? job->temperature[r] : 1.0f, job->top_k ? job->top_k[r] : 0,
-                              job->top_p ? job->top_p[r] : 1.0f, job->min_p ? job->min_p[r] : 0.0f, job->t_last, &sc);
+                              job->top_p ? job->top_p[r] : 1.0f, job->min_p ? job->min_p[r] : 0.0f,
+                              job->t_last, sc, &kept);
+        if (job->kept_count)
+            job->kept_count[r] = (int32_t)(job->rc == PAK_OK ? kept.count : -1);
         if (job->rc != PAK_OK)
             job->err_row = r;
     }
-    free(sc.keys);
-    free(sc.tmp);
-    free(sc.w);
-    free(sc.bmax);
+    if (!job->on_caller)
+        scratch_free(sc);
     return NULL;
 }
 
@@ -125,18 +195,21 @@ int pak_sampling_mask_f32(float *logits, int64_t num_rows, int64_t vocab,
                           const float *top_p, const float *min_p, int num_threads, int64_t *err_row)
 {
     return pak_sampling_mask_ex_f32(logits, num_rows, vocab, temperature, top_k, top_p, min_p, 0,
-                                    num_threads, err_row);
+                                    num_threads, NULL, NULL, NULL, 0, err_row);
 }
 
 int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
                              const float *temperature, const int32_t *top_k,
                              const float *top_p, const float *min_p, int flags, int num_threads,
-                             int64_t *err_row)
+                             int32_t *kept, float *kept_values, int32_t *kept_count,
+                             int64_t kept_capacity, int64_t *err_row)
 {
     if (err_row)
         *err_row = -1;
     if (num_rows < 0 || vocab < 0 || vocab > INT32_MAX || (num_rows > 0 && vocab > 0 && !logits)
-        || (flags & ~PAK_MASK_TEMPERATURE_LAST))
+        || (flags & ~PAK_MASK_TEMPERATURE_LAST) || kept_capacity < 0 || kept_capacity > INT32_MAX
+        || ((kept || kept_values) && !kept_count)
+        || (kept_count && kept_capacity > 0 && (!kept || !kept_values)))
         return PAK_EINVAL;
     const int64_t bad = first_bad_param_row(num_rows, temperature, top_p, min_p);
     if (bad >= 0) {
@@ -144,8 +217,13 @@ int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
             *err_row = bad;
         return PAK_EPARAM;
     }
-    if (num_rows == 0 || vocab == 0)
+    if (num_rows == 0)
         return PAK_OK;
+    if (vocab == 0) {
+        for (int64_t r = 0; kept_count && r < num_rows; ++r)
+            kept_count[r] = 0;
+        return PAK_OK;
+    }
     const int count = thread_count(num_threads, num_rows, vocab);
     pak_job jobs[PAK_MAX_THREADS];
     pthread_t threads[PAK_MAX_THREADS];
@@ -153,7 +231,7 @@ int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
     for (int i = 0; i < count; ++i) {
         jobs[i] = (pak_job){logits, vocab, num_rows * i / count, num_rows * (i + 1) / count,
                             temperature, top_p, min_p, top_k, (flags & PAK_MASK_TEMPERATURE_LAST) != 0,
-                            pick_row_fn(), PAK_OK, -1};
+                            kept, kept_count, kept_values, kept_capacity, pick_row_fn(), i == 0, PAK_OK, -1};
         if (i > 0)
             started[i] = pthread_create(&threads[i], NULL, run_job, &jobs[i]) == 0;
     }
@@ -162,7 +240,7 @@ int pak_sampling_mask_ex_f32(float *logits, int64_t num_rows, int64_t vocab,
         if (started[i])
             pthread_join(threads[i], NULL);
         else
-            run_job(&jobs[i]); /* the thread could not be started: do its rows here */
+            run_job(&jobs[i]); /* the thread could not be started: do its rows here (own scratch) */
     }
     /* Each job stops at its first failure, so the lowest failing job holds the first failing row. */
     for (int i = 0; i < count; ++i) {

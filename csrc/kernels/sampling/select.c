@@ -1,4 +1,5 @@
 /* Scalar helpers of the sampling mask (see select.h). */
+#include <float.h>
 #include <math.h>
 
 #include "sampling/select.h"
@@ -53,38 +54,6 @@ void pak_sort_desc(uint32_t *keys, uint32_t *tmp, int64_t n)
         memcpy(keys, src, (size_t)n * sizeof *keys);
 }
 
-uint32_t pak_select_desc(uint32_t *keys, int64_t n, int64_t k)
-{
-    int64_t lo = 0, hi = n - 1;
-    const int64_t target = k - 1;
-    while (hi - lo > 16) {
-        /* median of three as pivot, then a three-way partition: > pivot | == pivot | < pivot */
-        const uint32_t a = keys[lo], b = keys[lo + (hi - lo) / 2], c = keys[hi];
-        const uint32_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-        int64_t gt = lo, i = lo, lt = hi;
-        while (i <= lt) {
-            const uint32_t v = keys[i];
-            if (v > pivot) {
-                keys[i++] = keys[gt];
-                keys[gt++] = v;
-            } else if (v < pivot) {
-                keys[i] = keys[lt];
-                keys[lt--] = v;
-            } else {
-                ++i;
-            }
-        }
-        if (target < gt)
-            hi = gt - 1;
-        else if (target > lt)
-            lo = lt + 1;
-        else
-            return pivot;
-    }
-    insertion_sort_desc(keys + lo, hi - lo + 1);
-    return keys[target];
-}
-
 int64_t pak_gather_at_least(const float *x, int64_t n, int64_t blk, const float *bmax, float g,
                             uint32_t *keys)
 {
@@ -132,4 +101,20 @@ float pak_min_p_threshold(float m, double log_min_p)
             return v;
         v = lower;
     }
+}
+
+float pak_div_preimage(float b, float t)
+{
+    const float target = b / t;
+    uint32_t lo = pak_key(-FLT_MAX), hi = pak_key(b); /* the predicate holds at hi */
+    if (pak_unkey(lo) / t >= target)
+        return pak_unkey(lo);
+    while (hi - lo > 1) { /* it fails at lo and holds at hi; y / t is non-decreasing in y */
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (pak_unkey(mid) / t >= target)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return pak_unkey(hi);
 }

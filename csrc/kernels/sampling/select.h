@@ -30,10 +30,6 @@ PAK_INLINE float pak_unkey(uint32_t k)
 /* Sort keys in descending order (LSD radix sort; tmp holds n entries). */
 void pak_sort_desc(uint32_t *keys, uint32_t *tmp, int64_t n);
 
-/* Rearrange keys[0 .. n) so that keys[0 .. k) hold the k largest (in no particular order) and
- * return the k-th largest (1 <= k <= n); quickselect, O(n) on average. */
-uint32_t pak_select_desc(uint32_t *keys, int64_t n, int64_t k);
-
 /* Number of lane-strided blocks of `blk` values over n values: 16 per chunk of 16 * blk values
  * (the last chunk may be partial; its empty blocks have maximum -inf). Block b holds the values
  * x[16 * blk * (b / 16) + b % 16 + 16 * v], v = 0 .. blk - 1, that lie below n. */
@@ -56,5 +52,9 @@ double pak_seq_sum(const double *w, int64_t n);
 
 /* The smallest float v with (double)v - (double)m >= log_min_p (m finite, log_min_p <= 0). */
 float pak_min_p_threshold(float m, double log_min_p);
+
+/* The smallest finite float y with y / t >= b / t (IEEE float division; b finite, t > 0 finite):
+ * a bound on unscaled values that keeps every value whose scaled value reaches b's. */
+float pak_div_preimage(float b, float t);
 
 #endif

@@ -67,6 +67,25 @@ PAK_INLINE pak_v16f pak_load16(const float *x, int64_t count)
     return v;
 }
 
+/* Sixteen int32 values; lanes past `count` (< 16) read as 0. */
+PAK_INLINE pak_v16i pak_load16i(const int32_t *x, int64_t count)
+{
+    pak_v16i v = {0};
+    memcpy(&v, x, (size_t)(count < 16 ? count : 16) * sizeof(int32_t));
+    return v;
+}
+
+/* Lane-wise minimum and maximum of floats (of the two, the first when they compare equal or NaN). */
+PAK_INLINE pak_v16f pak_min16(pak_v16f a, pak_v16f b)
+{
+    return pak_select16(b < a, b, a);
+}
+
+PAK_INLINE pak_v16f pak_max16(pak_v16f a, pak_v16f b)
+{
+    return pak_select16(b > a, b, a);
+}
+
 /* Sixteen order-preserving keys (see pak_key in select.h) back to their values; lanes past `count`
  * (< 16) read as -inf. */
 PAK_INLINE pak_v16f pak_unkey16(const uint32_t *keys, int64_t count)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -15,7 +16,8 @@ _BIT_VALUES = torch.tensor([1 << b if b < 63 else -(1 << 63) for b in range(64)]
 
 
 def update_error(
-    counts: PenaltyCounts, slots: torch.Tensor, tokens: torch.Tensor, index: int, *, negative: bool
+    counts: PenaltyCounts, slots: torch.Tensor | Sequence[int], tokens: torch.Tensor | Sequence[int], index: int,
+    *, negative: bool
 ) -> KernelArgumentError:
     """The error for entry ``index`` of a count update (out of range, or leaving a count negative)."""
     slot, token = int(slots[index]), int(tokens[index])
@@ -52,7 +54,34 @@ def update_counts_torch(
     columns = word_of.unsqueeze(1) * 64 + torch.arange(64)
     present = counts.seen[slot_of.unsqueeze(1), columns.clamp(max=counts.vocab - 1)] > 0
     present &= columns < counts.vocab
+    before = counts.bits[slots.long(), tokens.long() // 64].tolist()
     counts.bits[slot_of, word_of] = (present.long() * _BIT_VALUES).sum(dim=1)
+    _update_present(counts, slots.tolist(), tokens.tolist(), before)
+
+
+def _update_present(counts: PenaltyCounts, slots: list[int], tokens: list[int], words_before: list[int]) -> None:
+    """Keep the present lists in the C kernel's order: entry by entry, a token whose count became
+    positive is appended, one whose count dropped to 0 is swapped with the last and dropped."""
+    lists: dict[int, list[int]] = {}
+    listed: set[tuple[int, int]] = set()
+    for slot, token, word in zip(slots, tokens, words_before, strict=True):
+        if slot not in lists:
+            lists[slot] = counts.present[slot, : int(counts.num_present[slot])].tolist()
+        if (word >> (token % 64)) & 1:
+            listed.add((slot, token))
+    for slot, token in zip(slots, tokens, strict=True):
+        entries, now = lists[slot], int(counts.seen[slot, token]) > 0
+        if now and (slot, token) not in listed:
+            entries.append(token)
+            listed.add((slot, token))
+        elif not now and (slot, token) in listed:
+            position = entries.index(token)
+            entries[position] = entries[-1]
+            entries.pop()
+            listed.discard((slot, token))
+    for slot, entries in lists.items():
+        counts.present[slot, : len(entries)] = torch.tensor(entries, dtype=torch.int32)
+        counts.num_present[slot] = len(entries)
 
 
 def bad_penalty_row(

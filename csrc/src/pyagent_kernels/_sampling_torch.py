@@ -115,13 +115,17 @@ def sampling_mask_torch(
     top_p: torch.Tensor | None,
     min_p: torch.Tensor | None,
     temperature_last: bool = False,
+    kept: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """The fused temperature / top-k / top-p / min-p mask, in place (arguments already validated;
-    semantics in pyagent_kernels.sampling.apply_sampling_mask)."""
+    semantics in pyagent_kernels.sampling.apply_sampling_mask). ``kept``: the ``(index, values,
+    count)`` buffers of a ``KeptTokens``, filled for every row."""
     bad_row = first_bad_param_row(temperature, top_p, min_p)
     if bad_row is not None:
         raise param_error(bad_row, temperature, top_p, min_p)
     if logits.numel() == 0:
+        if kept is not None:
+            kept[2][: logits.shape[0]] = 0
         return
     if temperature is not None and not temperature_last:
         _scale(logits, temperature)
@@ -137,6 +141,22 @@ def sampling_mask_torch(
     if temperature is not None and temperature_last:
         _scale(logits, temperature)
         _check_finite(logits)
+    if kept is not None:
+        record_kept(logits, *kept)
+
+
+def record_kept(logits: torch.Tensor, index: torch.Tensor, values: torch.Tensor, count: torch.Tensor) -> None:
+    """Per row, the ids of the logits that are not -inf into ``index[r, :c]`` (increasing), those
+    logits into ``values[r, :c]`` and ``c`` into ``count[r]``; -1 for rows holding more than
+    ``index.shape[1]``."""
+    finite = logits > _NEG_INF
+    counts = finite.sum(dim=1)
+    rows, cols = finite.nonzero(as_tuple=True)
+    position = torch.arange(len(rows)) - (counts.cumsum(0) - counts)[rows]
+    fits = counts[rows] <= index.shape[1]
+    index[rows[fits], position[fits]] = cols[fits].to(torch.int32)
+    values[rows[fits], position[fits]] = logits[rows[fits], cols[fits]]
+    count[: logits.shape[0]] = torch.where(counts <= index.shape[1], counts, -1).to(torch.int32)
 
 
 def _scale(logits: torch.Tensor, temperature: torch.Tensor) -> None:

@@ -50,3 +50,28 @@ def test_masked_row_raises() -> None:
     logits = torch.full((1, 10), -math.inf)
     with pytest.raises(ValueError, match="only -inf"):
         draw("auto", [1], 1, logits)
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_kept_tokens_from_the_fused_mask_change_nothing(backend: str) -> None:
+    """The chain's fused mask records each row's kept tokens; selecting from them alone gives the
+    tokens a scan of every row gives, step after step."""
+    from pyagent_kernels.sampling import KeptTokens
+    from pyagent_samplers_reference.temperature import TemperatureProcessor
+    from pyagent_samplers_reference.top_k import TopKProcessor
+
+    from pyagent_core.engine.fused_mask import apply_processors
+
+    vocab, seeds = 2000, [5, 6, None]
+    params = [{"top_k": 20, "temperature": 0.7, "seed": s} for s in seeds]
+    added = tuple(AddedRequest(r, p) for r, p in enumerate(params))
+    masks = [TopKProcessor({}, vocab), TemperatureProcessor({}, vocab)]
+    scanning, listing = (GumbelSelector({"backend": backend, "seed": 3}, vocab) for _ in range(2))
+    for sampler in (*masks, scanning, listing):
+        sampler.update_state(BatchUpdate(3, added=added))
+    kept = KeptTokens()
+    for step in range(4):
+        logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(step)) * 3
+        masked = apply_processors(masks, logits, backend=backend, kept=kept)
+        assert kept.matches(masked)
+        assert torch.equal(listing.select(masked, kept=kept), scanning.select(masked))

@@ -113,6 +113,29 @@ def test_incremental_counts_match_a_recount(backend: str) -> None:
             outputs[i].append(rng.randrange(vocab))
 
 
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_windowless_rows_take_the_one_token_step(backend: str) -> None:
+    """Rows without a window that gain one token per step (the processor's fast path), also after a
+    step that adds two tokens to one row (the general path), match a recount."""
+    vocab, seed = 30, 3
+    requests = [{"params": {"repetition_penalty": 1.7, "frequency_penalty": 0.4}, "prompt": [1, 2, 3]},
+                {"params": {"presence_penalty": -0.5}, "prompt": [4, 4]}]
+    processor = PenaltiesProcessor({"backend": backend}, vocab)
+    outputs: list[list[int]] = [[], [7]]
+    added = tuple(AddedRequest(i, r["params"], r["prompt"], outputs[i]) for i, r in enumerate(requests))
+    processor.update_state(BatchUpdate(2, added=added))
+    rng = random.Random(seed)
+    for step in range(6):
+        logits = torch.randn(2, vocab, generator=torch.Generator().manual_seed(step)) * 3
+        got = processor.apply(logits.clone())
+        for i, request in enumerate(requests):
+            assert torch.equal(got[i], recount_expected(logits[i], request["prompt"], outputs[i], request["params"]))
+        for i in range(2):
+            outputs[i].append(rng.randrange(vocab))
+        if step == 3:
+            outputs[0].append(rng.randrange(vocab))
+
+
 def test_repetition_matches_transformers() -> None:
     """HF's RepetitionPenaltyLogitsProcessor over prompt + output ids, on random scores."""
     vocab = 100

@@ -9,7 +9,8 @@ from typing import Any
 
 import attrs
 import torch
-from pyagent_kernels.gumbel import gumbel_sample, to_signed64
+from pyagent_kernels.gumbel import GumbelStreams, to_signed64
+from pyagent_kernels.sampling import KeptTokens
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, TokenSelector
 
@@ -47,8 +48,7 @@ class GumbelSelector(TokenSelector):
         self.backend = str(self.options.get("backend") or "auto")
         seed = self.options.get("seed")
         self._engine = random.Random(seed) if seed is not None else random.Random()
-        self._seeds: torch.Tensor | None = None
-        self._steps: torch.Tensor | None = None  # the rows' steps while the batch is unchanged
+        self._streams: GumbelStreams | None = None  # the rows' seeds and steps while the batch is unchanged
 
     def row_state(self, request: AddedRequest) -> GumbelRow:
         """Validate the request's ``seed``; unseeded requests draw one from the engine's generator."""
@@ -58,24 +58,31 @@ class GumbelSelector(TokenSelector):
 
     def update_state(self, update: BatchUpdate | None) -> None:
         """Apply the batch changes; the per-row seed and step tensors are rebuilt when anything changed."""
-        if update is not None and self._steps is not None:
-            for row, step in enumerate(self._steps.tolist()):  # steps advanced since the last rebuild
+        if update is not None and self._streams is not None:
+            for row, step in enumerate(self._streams.steps.tolist()):  # steps advanced since the last rebuild
                 self.rows[row].step = step
-            self._seeds = self._steps = None
+            self._streams = None
         super().update_state(update)
 
-    def select(self, logits: torch.Tensor) -> torch.Tensor:
-        """One ``int64`` token id per row; each row's step advances by one."""
+    def select(self, logits: torch.Tensor, kept: KeptTokens | None = None) -> torch.Tensor:
+        """One ``int64`` token id per row; each row's step advances by one.
+
+        ``kept``: the tokens the fused mask recorded for these logits (see
+        ``pyagent_core.engine.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
+        of a scan of the vocabulary, with the same choice.
+        """
         rows = len(self.rows)
         if logits.ndim != 2 or logits.shape[0] != rows or logits.shape[1] != self.vocab_size:
             raise ValueError(
                 f"{OWNER}: logits have shape {tuple(logits.shape)} but the batch holds {rows} requests "
                 f"over vocab_size={self.vocab_size}; pass every BatchUpdate to update_state first"
             )
-        if self._seeds is None or self._steps is None:
-            self._seeds = torch.tensor([to_signed64(self.rows[r].seed) for r in range(rows)], dtype=torch.int64)
-            self._steps = torch.tensor([self.rows[r].step for r in range(rows)], dtype=torch.int64)
-        work = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
-        tokens = gumbel_sample(work.cpu(), self._seeds, self._steps, backend=self.backend)  # type: ignore[arg-type]
-        self._steps += 1
+        if self._streams is None:
+            self._streams = GumbelStreams(
+                torch.tensor([to_signed64(self.rows[r].seed) for r in range(rows)], dtype=torch.int64),
+                torch.tensor([to_signed64(self.rows[r].step) for r in range(rows)], dtype=torch.int64),
+            )
+        if logits.dtype == torch.float32 and logits.is_cpu and logits.is_contiguous():
+            return self._streams.sample(logits, kept=kept, backend=self.backend)  # type: ignore[arg-type]
+        tokens = self._streams.sample(logits.float().cpu().contiguous(), backend=self.backend)  # type: ignore[arg-type]
         return tokens.to(logits.device)

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 import torch
-from pyagent_kernels.penalties import PenaltyCounts, apply_penalties, update_penalty_counts
+from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, update_penalty_counts
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
 from pyagent_samplers_penalties.params import FREQUENCY, LAST_N, PARAMS, PRESENCE, REPETITION
@@ -63,8 +63,8 @@ class _Deltas:
     def flush(self, counts: PenaltyCounts, backend: str) -> None:
         """Apply the collected changes with one kernel call."""
         if self.slots:
-            table = torch.tensor([self.slots, self.tokens, self.seen, self.out], dtype=torch.int32)
-            update_penalty_counts(counts, *table, backend=backend)  # type: ignore[arg-type]
+            update_penalty_counts(counts, self.slots, self.tokens, self.seen, self.out,
+                                  backend=backend)  # type: ignore[arg-type]
 
 
 class PenaltiesProcessor(LogitsProcessor):
@@ -83,7 +83,8 @@ class PenaltiesProcessor(LogitsProcessor):
         self.counts = PenaltyCounts(0, vocab_size)
         self._free: list[int] = []
         self._owners: dict[int, PenaltyRow] = {}
-        self._tensors: tuple[torch.Tensor, ...] | None = None
+        self._params: PenaltyParams | None = None  # with _slot_list, rebuilt when the batch changes
+        self._slot_list: list[int] = []
 
     def is_argmax_invariant(self) -> bool:
         """False: a penalty can lower the top token below another."""
@@ -102,7 +103,7 @@ class PenaltiesProcessor(LogitsProcessor):
         super().update_state(update)
         if update is None:
             return
-        self._tensors = None
+        self._params = None
         live = {id(state) for state in self.rows.states if state is not None}
         for slot, owner in list(self._owners.items()):
             if id(owner) not in live:
@@ -112,19 +113,19 @@ class PenaltiesProcessor(LogitsProcessor):
     def _value(self, row: int, name: str, neutral: Any) -> Any:
         return self.param(row, name, neutral)
 
-    def row_parameters(self) -> tuple[torch.Tensor, ...]:
-        """Per-row ``(slots, repetition, frequency, presence)`` tensors (rebuilt when the batch changes)."""
-        if self._tensors is None:
+    def row_parameters(self) -> PenaltyParams:
+        """Each row's slot and ``(repetition, frequency, presence)`` (rebuilt when the batch changes)."""
+        if self._params is None:
             rows = range(len(self.rows))
             off = [self._value(r, LAST_N.name, LAST_N.neutral) == 0 for r in rows]
-            values = [
-                torch.tensor([param.neutral if off[r] else float(self._value(r, param.name, param.neutral))
-                              for r in rows], dtype=torch.float32)
+            repetition, frequency, presence = (
+                [param.neutral if off[r] else float(self._value(r, param.name, param.neutral)) for r in rows]
                 for param in (REPETITION, FREQUENCY, PRESENCE)
-            ]
-            slots = torch.tensor([self.rows[r].slot for r in rows], dtype=torch.int32)
-            self._tensors = (slots, *values)
-        return self._tensors
+            )
+            self._slot_list = [self.rows[r].slot for r in rows]
+            self._params = PenaltyParams(self._slot_list, repetition=repetition, frequency=frequency,
+                                         presence=presence)
+        return self._params
 
     def _assign_slot(self, row: int, state: PenaltyRow, deltas: _Deltas) -> None:
         """Give a new request a cleared slot and queue the counts of its current context."""
@@ -157,12 +158,22 @@ class PenaltiesProcessor(LogitsProcessor):
 
     def sync_counts(self) -> None:
         """Bring every row's counts up to date with its history (one kernel call)."""
+        states = self.rows.states
+        if self._params is not None:  # the usual step: every row gained one token, none has a window
+            tokens = [int(state.output[-1]) for state in states
+                      if state.last_n <= 0 and len(state.output) == state.counted + 1]
+            if len(tokens) == len(states):
+                for state in states:
+                    state.counted += 1
+                ones = [1] * len(tokens)
+                update_penalty_counts(self.counts, self._slot_list, tokens, ones, ones,
+                                      backend=self.backend)  # type: ignore[arg-type]
+                return
         deltas = _Deltas()
-        for row in range(len(self.rows)):
-            state = self.rows[row]
+        for row, state in enumerate(states):
             if state.slot < 0:
                 self._assign_slot(row, state, deltas)
-                self._tensors = None
+                self._params = None
             else:
                 self._advance(state, deltas)
         deltas.flush(self.counts, self.backend)
@@ -175,10 +186,8 @@ class PenaltiesProcessor(LogitsProcessor):
                 f"requests over vocab_size={self.vocab_size}; pass every BatchUpdate to update_state first"
             )
         self.sync_counts()
-        slots, repetition, frequency, presence = self.row_parameters()
         work = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
-        apply_penalties(work, self.counts, slots, repetition=repetition, frequency=frequency,
-                        presence=presence, backend=self.backend)  # type: ignore[arg-type]
+        self.row_parameters().apply(work, self.counts, backend=self.backend)  # type: ignore[arg-type]
         if work is not logits:
             logits.copy_(work)
         return logits
