@@ -203,6 +203,7 @@ def spec_decode(
     category: Annotated[list[str] | None, typer.Option(
         help="Only these workloads (Spec-Bench categories, code_editing).")] = None,
     no_peer: Annotated[bool, typer.Option("--no-peer", help="Skip transformers' prompt lookup.")] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 2,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -211,23 +212,32 @@ def spec_decode(
 
     settings = SpecBenchSettings(proposers=tuple(proposer or ("ngram", "suffix")), batch_sizes=tuple(batch or (1, 8)),
                                  prompts_per_workload=prompts, max_tokens=max_tokens,
-                                 categories=tuple(category) if category else None, peer=not no_peer)
+                                 categories=tuple(category) if category else None, peer=not no_peer,
+                                 repeats=repeats)
     report = run_spec_decode_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return
     print_table(
-        f"pyagent greedy, {max_tokens} tokens, {prompts} prompts per workload",
-        ["workload", "batch", "proposer", "tokens", "speedup", "mean accepted length", "proposer us/step", "identical"],
-        [(r["workload"], r["batch"], r["proposer"], r["output_tokens"], f"{r['speedup']:.2f}x",
-          _number(r["mean_accepted_length"], 2), _number(r["proposer_us_per_step"]), "yes" if r["identical"] else "NO")
+        f"pyagent greedy, {max_tokens} tokens, {prompts} prompts per workload, median of {repeats} rounds",
+        ["workload", "batch", "proposer", "tokens", "steps", "speedup", "modelled", "mean accepted length",
+         "acceptance", "proposer us/step", "us/draft", "identical"],
+        [(r["workload"], r["batch"], r["proposer"], r["output_tokens"], f"{r['steps']} / {r['baseline_steps']}",
+          f"{r['speedup']:.2f}x", "-" if r["modelled_speedup"] is None else f"{r['modelled_speedup']:.2f}x",
+          _number(r["mean_accepted_length"], 2), _number(r["acceptance_rate"], 2), _number(r["proposer_us_per_step"]),
+          _number(r["proposer_us_per_draft"]), "yes" if r["identical"] else "NO")
          for r in report["rows"]],
     )
+    print_table("verify cost: decode step with k draft tokens per request over a plain step",
+                ["batch", "k", "ms/step", "ratio"],
+                [(r["batch"], r["draft_tokens"], _number(r["step_ms"], 2), f"{r['ratio']:.2f}x")
+                 for r in report["verify_costs"]])
     if report["peer_rows"]:
         print_table("transformers prompt lookup (batch 1)", ["workload", "plain s", "prompt lookup s", "speedup"],
                     [(r["workload"], _number(r["plain_s"], 2), _number(r["prompt_lookup_s"], 2), f"{r['speedup']:.2f}x")
                      for r in report["peer_rows"]])
-    print_table("goals", ["goal", "value", "met"],
-                [(g["goal"], _number(g["value"], 2), "yes" if g["met"] else "no") for g in report["goals"]])
+    print_table("goals", ["goal", "value", "met", "modelled"],
+                [(g["goal"], _number(g["value"], 2), "yes" if g["met"] else "no", _number(g["modelled"], 2))
+                 for g in report["goals"]])
 
 
 @app.command("samplers")

@@ -27,12 +27,16 @@ After verification the accepted nodes' keys and values are moved to their final 
 drafts need it), the request's computed-token count advances by the accepted length, and blocks
 holding nothing but rejected draft tokens go back to the pool.
 
-Adaptive length (:class:`DraftController`): the engine fits ``step_time = t0 + t1 * tokens`` over
-decode steps, so one more draft token costs ``t1`` while a plain step yields ``B`` tokens in ``t0 +
-t1 * B``. A draft node is worth verifying when the chance that it is accepted, estimated as the
-request's measured per-token acceptance rate to the power of its depth times the proposer's score,
-exceeds ``t1 * B / (t0 + t1 * B)`` (times a margin). Requests whose drafts keep failing stop
-drafting and are re-probed with a one-token draft now and then.
+Adaptive length (:class:`DraftController`): every draft node gets an acceptance probability - the
+proposer's score when the draft has scores (proposers score nodes with the probability that they
+are accepted), scaled by how the request's scored drafts fared so far (accepted nodes over the sum
+of their scores); without scores, the request's measured per-token acceptance rate to the power of
+the node's depth. The engine times its decode steps by the number of tokens in them
+(:class:`~pyagent_core.engine.speculative_plan.StepCosts`) and keeps, over the whole batch, the
+most probable nodes in the number that maximises expected tokens per second
+(:func:`~pyagent_core.engine.speculative_plan.choose_nodes`): a step verifies drafts only when they
+are expected to pay for themselves. Requests with unscored drafts that keep failing stop drafting
+and are re-probed with a one-token draft now and then; proposers that score are always asked.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import torch
 from pyagent_core.engine.block_pool import BlockPool
 from pyagent_core.engine.request import Request
 from pyagent_core.engine.sampling import SamplerChain
+from pyagent_core.engine.speculative_plan import Candidate, StepCosts, choose_nodes
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerRequest
 from pyagent_core.registry import Registry
@@ -112,6 +117,9 @@ class _RequestRate:
     accepted: float = 0.0
     rejected: float = 0.0
     idle_steps: int = 0
+    probing: bool = False
+    scored_accepted: float = 0.0
+    scored_expected: float = 0.0
 
 
 class DraftController:
@@ -121,8 +129,9 @@ class DraftController:
         max_tokens: the most draft nodes per request and step.
         adaptive: ``False`` always asks for ``max_tokens`` and keeps every node.
         prior_rate: the per-token acceptance rate assumed for a new request.
-        prior_cost: ``t1 / t0`` assumed until decode steps of different sizes have been timed.
-        margin: a node must beat the break-even probability by this factor.
+        prior_cost: the cost of one more token relative to a one-token step, assumed until decode
+            steps of different sizes have been timed.
+        margin: probabilities are divided by this before they are weighed against costs.
         probe_every: a request that stopped drafting gets a one-token draft after this many steps.
         decay: forgetting factor of the acceptance counts and of the step-time fit.
     """
@@ -137,22 +146,18 @@ class DraftController:
         self.probe_every = probe_every
         self.decay = decay
         self.rates: dict[str, _RequestRate] = {}
-        self._fit = [0.0] * 5  # decayed sums: n, x, y, xx, xy of (tokens, step time)
+        self.scored = False
+        """Whether the proposer scores its drafts (seen once): then every request is asked for drafts."""
+        self.costs = StepCosts(prior_slope=prior_cost, decay=decay)
+        """Decode-step times by tokens per step."""
 
     def observe_step(self, num_tokens: int, step_time: float) -> None:
-        """Add one decode step (no prefill in it) to the step-time fit."""
-        n, x, y, xx, xy = (v * 0.98 for v in self._fit)
-        self._fit = [n + 1, x + num_tokens, y + step_time, xx + num_tokens**2, xy + num_tokens * step_time]
+        """Add one decode step (no prefill in it) to the step costs."""
+        self.costs.observe(num_tokens, step_time)
 
     def token_cost(self) -> float:
         """``t1 / t0``: the fitted cost of one more token relative to a step's fixed cost."""
-        n, x, y, xx, xy = self._fit
-        spread = n * xx - x * x
-        if n < 4 or spread <= 1e-9 * max(n * xx, 1.0):
-            return self.prior_cost
-        slope = max((n * xy - x * y) / spread, 0.0)
-        intercept = (y - slope * x) / n
-        return slope / intercept if intercept > 0 else self.prior_cost
+        return self.costs.token_cost()
 
     def threshold(self, batch: int) -> float:
         """Break-even acceptance probability of one more draft node in a step of ``batch`` decodes."""
@@ -169,7 +174,7 @@ class DraftController:
 
     def budget(self, request_id: str, threshold: float) -> int:
         """How many draft nodes to ask for: the depth at which ``rate ** depth`` falls below ``threshold``."""
-        if not self.adaptive:
+        if not self.adaptive or self.scored:
             return self.max_tokens
         rate, state = self.rate(request_id), self.rates.setdefault(request_id, _RequestRate())
         depth, chance = 0, 1.0
@@ -179,41 +184,97 @@ class DraftController:
             state.idle_steps += 1
             if state.idle_steps >= self.probe_every:
                 state.idle_steps = 0
+                state.probing = True
                 return 1
         return depth
 
+    def score_factor(self, request_id: str) -> float:
+        """How the request's scored drafts fared: accepted nodes over the sum of their scores,
+        shrunk towards 1 while there is little evidence, within [0.25, 2]."""
+        state = self.rates.get(request_id)
+        if state is None:
+            return 1.0
+        weight = 2.0
+        return min(max((state.scored_accepted + weight) / (state.scored_expected + weight), 0.25), 2.0)
+
+    def probabilities(self, request_id: str, draft: DraftTree) -> list[float]:
+        """Each node's estimated chance of being accepted (module docstring)."""
+        if draft.scores is not None:
+            factor = self.score_factor(request_id)
+            return [min(max(score, 0.0) * factor, 1.0) for score in draft.scores]
+        rate = self.rate(request_id)
+        return [rate**depth for depth in draft.node_depths()]
+
+    def plan(self, drafts: Sequence[tuple[str, DraftTree, int]], batch: int) -> list[DraftTree | None]:
+        """This step's drafts (request id, draft, most nodes allowed) cut to the nodes worth verifying
+        in a step of ``batch`` decoding requests: the most probable ones, as many as maximise
+        expected tokens per second (a probing request keeps its first node)."""
+        if not self.adaptive:
+            return [_subtree(draft, range(min(limit, len(draft)))) for _, draft, limit in drafts]
+        candidates: list[Candidate] = []
+        forced: list[Candidate] = []
+        for owner, (request_id, draft, limit) in enumerate(drafts):
+            self.scored = self.scored or draft.scores is not None
+            probabilities, depths = self.probabilities(request_id, draft), draft.node_depths()
+            best = sorted(range(len(draft)), key=lambda i: (-probabilities[i], depths[i]))[:limit]
+            state = self.rates.get(request_id)
+            if state is not None and state.probing and best:
+                state.probing = False
+                first = best.pop(0)
+                forced.append(Candidate(owner, first, probabilities[first], depths[first]))
+            candidates += [Candidate(owner, i, probabilities[i], depths[i]) for i in best]
+        kept: list[list[int]] = [[] for _ in drafts]
+        for candidate in forced + choose_nodes(candidates, batch + len(forced), self.costs, self.margin):
+            kept[candidate.owner].append(candidate.node)
+        return [_subtree(draft, sorted(nodes)) for (_, draft, _), nodes in zip(drafts, kept, strict=True)]
+
     def trim(self, draft: DraftTree, request_id: str, threshold: float, limit: int) -> DraftTree | None:
         """The first ``limit`` nodes of ``draft`` whose estimated acceptance beats ``threshold``
-        (a node whose parent is dropped is dropped too)."""
+        (a node whose parent is dropped is dropped too). An unscored draft keeps its first node."""
+        scores = draft.scores
+        if scores is not None:
+            self.scored = True
         rate = self.rate(request_id) if self.adaptive else 1.0
+        factor = self.score_factor(request_id)
         depths = draft.node_depths()
         kept: dict[int, int] = {}
         for i, parent in enumerate(draft.parents):
             if len(kept) >= limit or (parent != ROOT and parent not in kept):
                 continue
-            score = 1.0 if draft.scores is None else draft.scores[i]
-            if self.adaptive and rate ** depths[i] * min(max(score, 0.0), 1.0) < threshold and kept:
+            if self.adaptive and scores is not None:
+                if min(max(scores[i], 0.0) * factor, 1.0) < threshold:
+                    continue
+            elif self.adaptive and rate ** depths[i] < threshold and kept:
                 continue
             kept[i] = len(kept)
-        if not kept:
-            return None
-        nodes = list(kept)
-        if len(nodes) == len(draft):
-            return draft
-        return DraftTree([draft.token_ids[i] for i in nodes],
-                         [ROOT if draft.parents[i] == ROOT else kept[draft.parents[i]] for i in nodes],
-                         None if draft.scores is None else [draft.scores[i] for i in nodes])
+        return _subtree(draft, list(kept))
 
-    def verified(self, request_id: str, accepted: int, depth: int) -> None:
-        """Update the request's acceptance counts: ``accepted`` of a draft ``depth`` deep."""
+    def verified(self, request_id: str, accepted: int, depth: int, expected: float | None = None) -> None:
+        """Update the request's acceptance counts: ``accepted`` of a draft ``depth`` deep, whose
+        scores (if any) summed to ``expected``."""
         state = self.rates.setdefault(request_id, _RequestRate())
         state.accepted = state.accepted * self.decay + accepted
         state.rejected = state.rejected * self.decay + (1 if accepted < depth else 0)
         state.idle_steps = 0
+        if expected is not None:
+            state.scored_accepted = state.scored_accepted * self.decay + accepted
+            state.scored_expected = state.scored_expected * self.decay + expected
 
     def forget(self, request_id: str) -> None:
         """Drop a finished request's counts."""
         self.rates.pop(request_id, None)
+
+
+def _subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree | None:
+    """The draft made of ``nodes`` (ascending, closed under parents), or ``None`` when empty."""
+    if not nodes:
+        return None
+    if len(nodes) == len(draft):
+        return draft
+    where = {node: i for i, node in enumerate(nodes)}
+    return DraftTree([draft.token_ids[i] for i in nodes],
+                     [ROOT if draft.parents[i] == ROOT else where[draft.parents[i]] for i in nodes],
+                     None if draft.scores is None else [draft.scores[i] for i in nodes])
 
 
 def _tree_mask_rows(draft: DraftTree) -> torch.Tensor:
@@ -342,11 +403,11 @@ class SpeculativeDecoder:
             self._drop(f"returned {type(drafts).__name__} of length {len(drafts) if isinstance(drafts, list) else '?'} "
                        f"for {len(asked)} requests")
             return
-        for request, draft in zip(asked, drafts, strict=True):
-            draft = self._check(draft, max_tokens)
-            if draft is not None:
-                request.draft = self.controller.trim(draft, request.request_id, threshold,
-                                                     limits[request.request_id])
+        checked = [(request, self._check(draft, max_tokens)) for request, draft in zip(asked, drafts, strict=True)]
+        offered = [(request, draft) for request, draft in checked if draft is not None]
+        planned = self.controller.plan([(r.request_id, d, limits[r.request_id]) for r, d in offered], len(decoding))
+        for (request, _), draft in zip(offered, planned, strict=True):
+            request.draft = draft
 
     def _drop(self, why: str) -> None:
         self.stats.num_dropped += 1
@@ -421,8 +482,8 @@ class SpeculativeDecoder:
         if draft is None:
             return
         accepted = request.accepted_nodes
-        start = request.num_computed_tokens  # the last real token was computed this step
-        moves = [(start + 1 + node, start + 1 + depth) for depth, node in enumerate(accepted) if node != depth]
+        start = request.num_computed_tokens  # the last real token (at start - 1) was computed this step
+        moves = [(start + node, start + depth) for depth, node in enumerate(accepted) if node != depth]
         if moves:
             blocks = request.block_ids
 
@@ -440,7 +501,8 @@ class SpeculativeDecoder:
             pool.free(request.block_ids[keep:])
             del request.block_ids[keep:]
         self.stats.record(len(draft), len(accepted))
-        self.controller.verified(request.request_id, len(accepted), draft.depth)
+        self.controller.verified(request.request_id, len(accepted), draft.depth,
+                                 None if draft.scores is None else sum(draft.scores))
         self.proposer.on_verified(request.request_id, len(accepted))
         request.draft = None
 

@@ -1,21 +1,43 @@
-"""Suffix matching for model-free speculative proposers (prompt lookup, suffix decoding).
+"""Token indexes and drafting for model-free speculative proposers (prompt lookup, suffix decoding).
 
-:func:`suffix_match` finds where the end of a token sequence occurred before, so a proposer can
-draft what followed it there. Imports neither torch nor numpy: token sequences are ``array('i')``
-buffers (passed to C without a copy) or any sequence of ints (copied once per call).
+A :class:`TokenIndex` holds a request's history (prompt then output, appended to step by step) or a
+bounded store of earlier sequences (oldest evicted first). In C, every position links to the
+previous position of the same token, so appending costs O(1) and looking for earlier occurrences of
+a context's end visits only the occurrences of its last token. A :class:`Drafter` keeps a
+proposer's histories and store, appends a batch's new tokens and builds every request's draft in
+one C call; :func:`suffix_match` is the stateless match. The semantics are in
+``pyagent/spec_decode.h``; the pure-Python fallback (``backend="python"``) gives identical results.
+Imports neither torch nor numpy.
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from pyagent_kernels import _extension
-from pyagent_kernels._spec_decode_py import suffix_match_py
+from pyagent_kernels._spec_decode_py import (
+    NUM_BUCKETS,
+    Calibration,
+    Draft,
+    DraftParams,
+    PyTokenIndex,
+    match_py,
+    propose_py,
+)
 from pyagent_kernels.errors import KernelArgumentError
 
-__all__ = ["TokenHistories", "suffix_match"]
+__all__ = ["PRIOR_RATES", "Draft", "DraftParams", "Drafter", "RequestTokens", "TokenIndex", "draft_params",
+           "suffix_match"]
+
+PRIOR_RATES = (0.35, 0.49, 0.65, 0.72, 0.75, 0.78, 0.82, 0.85, 0.87, 0.88, 0.9, 0.93, 0.95, 0.96, 0.97, 0.97)
+"""Prior chance that a drafted token is accepted when its parent was, per bucket of the match
+length it extends (1..8, 9-10, 11-12, 13-16, 17-24, 25-32, 33-48, 49-64, more): greedy SmolLM2-135M
+on the Spec-Bench categories and code editing. A :class:`Drafter` starts from these and learns."""
+
+Backend = Literal["auto", "c", "python"]
 
 
 def _int32_buffer(tokens: Sequence[int], name: str) -> array:
@@ -27,6 +49,124 @@ def _int32_buffer(tokens: Sequence[int], name: str) -> array:
         raise KernelArgumentError(f"{name} must be a sequence of int32 token ids ({exc})") from None
 
 
+def _check(rc: int, kernel: str) -> None:
+    if rc < 0:
+        _, lib = _extension.require()
+        if rc == lib.PAK_ENOMEM:
+            raise MemoryError(f"{kernel}: out of memory; lower the store's capacity or the batch")
+        _extension.check_status(rc, kernel)
+
+
+class TokenIndex:
+    """A token sequence indexed for suffix matching (see the module docstring).
+
+    Args:
+        capacity: 0 for a history (unbounded, :meth:`extend`), or the most tokens a store keeps
+            (separators included; :meth:`add_sequence`).
+        backend: "auto" (C if built, else Python with a one-time warning), "c" or "python".
+
+    Raises:
+        KernelArgumentError: a negative capacity or an unknown backend.
+    """
+
+    def __init__(self, capacity: int = 0, *, backend: Backend = "auto") -> None:
+        if not (isinstance(capacity, int) and capacity >= 0):
+            raise KernelArgumentError(f"TokenIndex: capacity must be an integer >= 0, got {capacity!r}")
+        self.capacity = capacity
+        self._c: Any = None
+        self._py: PyTokenIndex | None = None
+        if backend not in ("auto", "c", "python"):
+            raise KernelArgumentError(f"TokenIndex: backend={backend!r} is not one of auto, c, python")
+        if _extension.resolve("torch" if backend == "python" else backend, "TokenIndex") == "torch":
+            self._py = PyTokenIndex(capacity)
+            self.backend = "python"
+            """``"c"`` or ``"python"``: the implementation behind this index."""
+        else:
+            self.backend = "c"
+            ffi, lib = _extension.require()
+            handle = lib.pak_token_index_new(capacity)
+            if handle == ffi.NULL:
+                raise MemoryError("TokenIndex: out of memory")
+            self._c = ffi.gc(handle, lib.pak_token_index_free)
+
+    def __len__(self) -> int:
+        if self._py is not None:
+            return len(self._py)
+        return int(_extension.require()[1].pak_token_index_len(self._c))
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to a history.
+
+        Raises:
+            KernelArgumentError: this is a store, or a token does not fit int32.
+        """
+        if self.capacity:
+            raise KernelArgumentError("TokenIndex.extend: this index is a store; use add_sequence")
+        buffer = _int32_buffer(tokens, "tokens")
+        if self._py is not None:
+            self._py.extend(buffer)
+            return
+        if len(buffer):
+            ffi, lib = _extension.require()
+            _check(lib.pak_token_index_extend(self._c, ffi.from_buffer("int32_t[]", buffer), len(buffer)),
+                   "TokenIndex.extend")
+
+    def add_sequence(self, tokens: Sequence[int]) -> None:
+        """Add one sequence (and its separator) to a store, evicting the oldest ones to fit.
+
+        Raises:
+            KernelArgumentError: this is a history, or a token does not fit int32.
+        """
+        if not self.capacity:
+            raise KernelArgumentError("TokenIndex.add_sequence: this index is a history; use extend")
+        buffer = _int32_buffer(tokens, "tokens")
+        if self._py is not None:
+            self._py.add_sequence(list(buffer))
+        elif len(buffer):
+            ffi, lib = _extension.require()
+            _check(lib.pak_token_index_add_sequence(self._c, ffi.from_buffer("int32_t[]", buffer), len(buffer)),
+                   "TokenIndex.add_sequence")
+
+    def tokens(self, start: int = 0, stop: int | None = None) -> list[int]:
+        """The live tokens ``[start, stop)`` (oldest live token at 0)."""
+        length = len(self)
+        stop = length if stop is None else min(stop, length)
+        if self._py is not None:
+            return self._py.tokens[start:stop]
+        if stop <= start:
+            return []
+        ffi, lib = _extension.require()
+        out = ffi.new("int32_t[]", stop - start)
+        count = lib.pak_token_index_read(self._c, start, stop - start, out)
+        _check(count, "TokenIndex.tokens")
+        return ffi.unpack(out, count)
+
+    def match(self, pattern: TokenIndex, *, min_len: int = 1, max_len: int = 64,
+              max_hits: int = 1) -> tuple[int, list[int]]:
+        """Where the longest suffix of ``pattern`` occurred in this index; see :func:`suffix_match`."""
+        _check_bounds(min_len, max_len, max_hits, "TokenIndex.match")
+        if self.backend != pattern.backend:
+            raise KernelArgumentError("TokenIndex.match: both indexes must use the same backend")
+        if self._py is not None:
+            assert pattern._py is not None
+            return match_py(self._py.tokens, pattern._py.tokens, min_len, max_len, max_hits)
+        ffi, lib = _extension.require()
+        hits = ffi.new("int64_t[]", max_hits)
+        match_len = ffi.new("int64_t *")
+        count = lib.pak_token_index_match(self._c, pattern._c, min_len, max_len, max_hits, hits, match_len)
+        _check(count, "TokenIndex.match")
+        return int(match_len[0]), [int(hits[i]) for i in range(count)]
+
+
+def _check_bounds(min_len: object, max_len: object, max_hits: object, where: str) -> None:
+    if not (isinstance(min_len, int) and min_len >= 1):
+        raise KernelArgumentError(f"{where}: min_len must be an integer >= 1, got {min_len!r}")
+    if not (isinstance(max_len, int) and max_len >= min_len):
+        raise KernelArgumentError(f"{where}: max_len must be an integer >= min_len ({min_len}), got {max_len!r}")
+    if not (isinstance(max_hits, int) and max_hits >= 1):
+        raise KernelArgumentError(f"{where}: max_hits must be an integer >= 1, got {max_hits!r}")
+
+
 def suffix_match(
     text: Sequence[int],
     pattern: Sequence[int],
@@ -34,7 +174,7 @@ def suffix_match(
     min_len: int = 1,
     max_len: int = 64,
     max_hits: int = 1,
-    backend: Literal["auto", "c", "python"] = "auto",
+    backend: Backend = "auto",
 ) -> tuple[int, list[int]]:
     """Where the longest suffix of ``pattern`` occurred in ``text`` followed by another token.
 
@@ -42,15 +182,8 @@ def suffix_match(
     ``pattern`` equal ``text[e - m:e]`` for some ``1 <= e <= len(text) - 1`` (so ``text[e]``, the
     first token of the continuation, exists). Passing the same sequence as ``text`` and
     ``pattern`` searches a history for earlier occurrences of its own end. Negative ids never match
-    (use -1 to separate concatenated sequences).
-
-    Args:
-        text: where to search; int32 token ids (``array('i')`` avoids a copy).
-        pattern: whose suffix to look for.
-        min_len: the shortest match worth reporting (>= 1).
-        max_len: the longest match measured (>= min_len).
-        max_hits: the most end positions returned (>= 1).
-        backend: "auto" (C if built, else Python with a one-time warning), "c" or "python".
+    (use -1 to separate concatenated sequences). Builds throwaway indexes: a proposer keeps
+    :class:`TokenIndex` objects instead.
 
     Returns:
         ``(match_len, hits)``: the match length (0 when nothing matched) and up to ``max_hits``
@@ -59,53 +192,185 @@ def suffix_match(
     Raises:
         KernelArgumentError: a length bound is out of range or a token does not fit int32.
     """
-    if not (isinstance(min_len, int) and min_len >= 1):
-        raise KernelArgumentError(f"suffix_match: min_len must be an integer >= 1, got {min_len!r}")
-    if not (isinstance(max_len, int) and max_len >= min_len):
-        raise KernelArgumentError(f"suffix_match: max_len must be an integer >= min_len ({min_len}), got {max_len!r}")
-    if not (isinstance(max_hits, int) and max_hits >= 1):
-        raise KernelArgumentError(f"suffix_match: max_hits must be an integer >= 1, got {max_hits!r}")
-    text_buf = _int32_buffer(text, "text")
-    pattern_buf = text_buf if pattern is text else _int32_buffer(pattern, "pattern")
-    if _extension.resolve("torch" if backend == "python" else backend, "suffix_match") == "torch":
-        return suffix_match_py(text_buf, pattern_buf, min_len, max_len, max_hits)
-    ffi, lib = _extension.require()
-    hits = ffi.new("int64_t[]", max_hits)
-    match_len = ffi.new("int64_t *")
-    empty = ffi.NULL
-    count = lib.pak_suffix_match_i32(
-        ffi.from_buffer("int32_t[]", text_buf) if len(text_buf) else empty, len(text_buf),
-        ffi.from_buffer("int32_t[]", pattern_buf) if len(pattern_buf) else empty, len(pattern_buf),
-        min_len, max_len, max_hits, hits, match_len,
-    )
-    _extension.check_status(int(count) if count < 0 else 0, "suffix_match")
-    return int(match_len[0]), [int(hits[i]) for i in range(count)]
+    _check_bounds(min_len, max_len, max_hits, "suffix_match")
+    text_index = TokenIndex(backend=backend)
+    text_index.extend(text)
+    pattern_index = text_index
+    if pattern is not text:
+        pattern_index = TokenIndex(backend=backend)
+        pattern_index.extend(pattern)
+    return text_index.match(pattern_index, min_len=min_len, max_len=max_len, max_hits=max_hits)
 
 
-class TokenHistories:
-    """Per-request int32 buffers of prompt + output, kept in step with the engine's token lists.
+def draft_params(*, min_len: int, max_len: int, max_hits: int, spec_factor: float = 1.0, min_prob: float = 0.0,
+                 tree: bool = False, cap_by_match: bool = False) -> DraftParams:
+    """Checked :class:`DraftParams` (see ``pyagent/spec_decode.h`` for each field).
 
-    A proposer calls :meth:`sync` with the request's current tokens each step; only the tokens
-    appended since the previous call are copied, so the buffer handed to :func:`suffix_match`
-    costs O(new tokens) per step.
+    Raises:
+        KernelArgumentError: a bound is out of range, ``min_prob`` is outside [0, 1] or
+            ``spec_factor`` is negative.
+    """
+    _check_bounds(min_len, max_len, max_hits, "draft_params")
+    if not (isinstance(min_prob, int | float) and 0.0 <= min_prob <= 1.0):
+        raise KernelArgumentError(f"draft_params: min_prob must be in [0, 1], got {min_prob!r}")
+    if not (isinstance(spec_factor, int | float) and spec_factor >= 0.0 and not math.isnan(spec_factor)):
+        raise KernelArgumentError(f"draft_params: spec_factor must be >= 0, got {spec_factor!r}")
+    return DraftParams(min_len, max_len, max_hits, float(spec_factor), float(min_prob), bool(tree),
+                       bool(cap_by_match))
+
+
+class RequestTokens(Protocol):
+    """What :meth:`Drafter.propose` reads of a request (``pyagent_core``'s ``ProposerRequest`` fits)."""
+
+    @property
+    def request_id(self) -> str:
+        """The request's id."""
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]:
+        """The prompt's token ids."""
+
+    @property
+    def output_token_ids(self) -> Sequence[int]:
+        """The output's token ids so far."""
+
+
+class _History:
+    """A request's index, its prompt length, and how many of its tokens the index holds."""
+
+    __slots__ = ("held", "index", "prompt_length")
+
+    def __init__(self, index: TokenIndex, prompt_length: int) -> None:
+        self.index = index
+        self.prompt_length = prompt_length
+        self.held = 0
+
+
+class Drafter:
+    """A proposer's drafting state: every request's history, a store of finished outputs, the
+    calibration of scores, and the drafting itself.
+
+    :meth:`propose` appends the tokens each request gained since the previous call to its history
+    (O(new tokens): nothing is rebuilt or rescanned), matches the history against itself and, when
+    the store holds tokens, against the store (the longer match wins, the history on a tie), counts
+    the winning hits' continuations into a trie and returns its best part, scored with the
+    probability that each node is accepted (``pyagent/spec_decode.h`` has the exact rules). The C
+    path reuses its buffers, so a drafter serves one caller at a time.
+
+    Args:
+        params: from :func:`draft_params`.
+        store_capacity: tokens of finished outputs kept for matching (0: no store).
+        backend: "auto" (C if built, else Python with a one-time warning), "c" or "python".
+        prior_rates: each bucket's prior acceptance rate (default :data:`PRIOR_RATES`).
+        prior_weight: how many observations the prior is worth per bucket.
+
+    Raises:
+        KernelArgumentError: a negative store capacity, a bad backend or bad priors.
     """
 
-    def __init__(self) -> None:
-        self._buffers: dict[str, array] = {}
+    def __init__(self, params: DraftParams, *, store_capacity: int = 0, backend: Backend = "auto",
+                 prior_rates: Sequence[float] = PRIOR_RATES, prior_weight: float = 4.0) -> None:
+        if len(prior_rates) != NUM_BUCKETS or not all(0.0 <= r <= 1.0 for r in prior_rates):
+            raise KernelArgumentError(f"Drafter: prior_rates must be {NUM_BUCKETS} probabilities, got {prior_rates!r}")
+        if not prior_weight > 0:
+            raise KernelArgumentError(f"Drafter: prior_weight must be > 0, got {prior_weight!r}")
+        self.params = params
+        self.backend = backend
+        self.store = TokenIndex(store_capacity, backend=backend) if store_capacity else None
+        """Finished outputs (a :class:`TokenIndex` with a capacity), or ``None``."""
+        self.calibration = Calibration([prior_weight * r for r in prior_rates], [float(prior_weight)] * NUM_BUCKETS)
+        """Acceptance counts per bucket (the C path keeps its own copy: read :meth:`rates`)."""
+        self._histories: dict[str, _History] = {}
+        self._c: Any = None
+        if TokenIndex(backend=backend).backend == "c":
+            ffi, lib = _extension.require()
+            self._c = (ffi, lib, ffi.new("pak_draft_params *", params._asdict()), ffi.new(
+                "pak_draft_calibration *", {"accepted": self.calibration.accepted, "tried": self.calibration.tried}))
+        self._buffers: tuple[Any, ...] = ()
+        self._room = 0
 
-    def sync(self, request_id: str, prompt: Sequence[int], output: Sequence[int]) -> array:
-        """The request's history buffer, extended with the tokens it does not hold yet."""
-        buffer = self._buffers.get(request_id)
-        if buffer is None or len(buffer) > len(prompt) + len(output):
-            buffer = self._buffers[request_id] = array("i", prompt)
-        have = len(buffer) - len(prompt)
-        if have < len(output):
-            buffer.extend(output[have:])
-        return buffer
+    def rates(self) -> list[float]:
+        """The current estimate of each bucket's acceptance rate (accepted / tried)."""
+        if self._c is not None:
+            self.calibration = Calibration(list(self._c[3].accepted), list(self._c[3].tried))
+        return [a / t for a, t in zip(self.calibration.accepted, self.calibration.tried, strict=True)]
 
-    def drop(self, request_id: str) -> array | None:
-        """Forget a request; return its buffer (``None`` when it had none)."""
-        return self._buffers.pop(request_id, None)
+    def history(self, request_id: str) -> TokenIndex | None:
+        """The request's history index (``None`` before its first draft or after :meth:`finish`)."""
+        entry = self._histories.get(request_id)
+        return None if entry is None else entry.index
 
     def __len__(self) -> int:
-        return len(self._buffers)
+        return len(self._histories)
+
+    def finish(self, request_id: str) -> None:
+        """Forget a request; its output (the history past its prompt) goes into the store."""
+        entry = self._histories.pop(request_id, None)
+        if entry is not None and self.store is not None:
+            self.store.add_sequence(entry.index.tokens(entry.prompt_length))
+
+    def _pending(self, request: RequestTokens) -> tuple[_History, Sequence[int]]:
+        """The request's history and the tokens of its prompt and output it does not hold yet."""
+        entry = self._histories.get(request.request_id)
+        prompt, output = request.prompt_token_ids, request.output_token_ids
+        if entry is None or entry.held > len(prompt) + len(output):  # new, or its tokens shrank: start over
+            entry = self._histories[request.request_id] = _History(TokenIndex(backend=self.backend), len(prompt))
+        held = entry.held
+        return entry, (output[held - len(prompt):] if held >= len(prompt) else [*prompt[held:], *output])
+
+    def propose(self, requests: Sequence[RequestTokens], limit: int) -> list[Draft | None]:
+        """Bring every request's history up to date, then draft at most ``limit`` nodes for each.
+
+        Returns:
+            One :class:`Draft` per request, or ``None`` where nothing matched or no node qualified.
+
+        Raises:
+            KernelArgumentError: a token does not fit int32.
+        """
+        if self._c is None:
+            pending = [self._pending(r) for r in requests]
+            for entry, tokens in pending:
+                entry.held += len(tokens)
+            return propose_py([e.index._py for e, _ in pending], [t for _, t in pending],  # type: ignore[misc]
+                              [limit] * len(requests), self.params,
+                              None if self.store is None else self.store._py, self.calibration)
+        ffi, lib, c_params, c_calibration = self._c
+        batch = len(requests)
+        flat = array("i")
+        sizes, handles, entries = [], [], []
+        try:
+            for request in requests:
+                entry, tokens = self._pending(request)
+                flat.extend(tokens)
+                sizes.append(len(tokens))
+                handles.append(entry.index._c)
+                entries.append(entry)
+        except (TypeError, OverflowError) as exc:
+            raise KernelArgumentError(f"Drafter.propose: tokens must be int32 token ids ({exc})") from None
+        if not batch:
+            return []
+        max_nodes = max(limit, 1)
+        if batch * max_nodes > self._room:
+            self._room = batch * max_nodes
+            self._buffers = (ffi.new("int32_t[]", self._room), ffi.new("int32_t[]", self._room),
+                             ffi.new("double[]", self._room), ffi.new("int64_t[]", self._room),
+                             ffi.new("int64_t[]", self._room))
+        out_tokens, out_parents, out_scores, counts, match_lens = self._buffers
+        rc = lib.pak_propose_drafts(handles, ffi.from_buffer("int32_t[]", flat) if sizes else ffi.NULL, sizes, batch,
+                                    ffi.NULL if self.store is None else self.store._c, c_params, c_calibration,
+                                    [limit] * batch, max_nodes, out_tokens, out_parents, out_scores, counts,
+                                    match_lens)
+        if rc < 0:  # the appends before the failure happened: resynchronise
+            for entry in entries:
+                entry.held = len(entry.index)
+            _check(rc, "Drafter.propose")
+        for entry, size in zip(entries, sizes, strict=True):
+            entry.held += size
+        drafts: list[Draft | None] = [None] * batch
+        unpack = ffi.unpack
+        for i, n in enumerate(unpack(counts, batch)):
+            if n:
+                at = i * max_nodes
+                drafts[i] = Draft(tuple(unpack(out_tokens + at, n)), tuple(unpack(out_parents + at, n)),
+                                  tuple(unpack(out_scores + at, n)), match_lens[i])
+        return drafts

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyagent_kernels.spec_decode import PRIOR_RATES, TokenIndex
 from pyagent_spec_suffix.plugin import SPEC
 from pyagent_spec_suffix.proposer import SuffixProposer
-from pyagent_spec_suffix.store import OutputStore
 
 from pyagent_core.interfaces.proposer import DraftTree, ProposerRequest
 from pyagent_core.testing.proposer import ProposerConformance
@@ -53,7 +54,7 @@ def test_drafts_continue_the_context_in_its_sources(prompt: list[int], output: l
     (draft,) = proposer.propose([ProposerRequest("r", prompt, output)], k)
     if draft is not None:
         assert len(draft) <= k and (tree or draft.is_chain())
-        check_grounded(draft, [prompt + output, earlier], prompt + output, 2)
+        check_grounded(draft, [prompt + output, earlier], prompt + output, proposer.options["min_match"])
 
 
 def test_c_and_python_give_the_same_drafts() -> None:
@@ -62,12 +63,13 @@ def test_c_and_python_give_the_same_drafts() -> None:
     assert drafts[0] == drafts[1] and drafts[0][0] is not None
 
 
-def test_tree_counts_branches_by_frequency() -> None:
+def test_tree_scores_branches_by_frequency_and_match_length() -> None:
     prompt = [7, 1, 4, 7, 1, 4, 7, 1, 5, 7, 1]
     (draft,) = SuffixProposer({"max_hits": 8, "spec_factor": 8.0}).propose([ProposerRequest("r", prompt, [])], 4)
     assert draft is not None
     first = {draft.token_ids[i]: draft.scores[i] for i in draft.children()}  # type: ignore[index]
-    assert first == {4: 2 / 3, 5: 1 / 3}
+    rate = PRIOR_RATES[1]  # a match of 2 tokens ("7 1"): the prior of its bucket, nothing learned yet
+    assert first == {4: pytest.approx(2 / 3 * rate), 5: pytest.approx(1 / 3 * rate)}
 
 
 def test_draft_size_follows_match_length() -> None:
@@ -77,18 +79,22 @@ def test_draft_size_follows_match_length() -> None:
 
 
 def test_global_store_drafts_from_earlier_outputs() -> None:
-    proposer = SuffixProposer({})
+    proposer = SuffixProposer({"spec_factor": 1.0})  # a match of 2 tokens drafts at most 2
     proposer.propose([ProposerRequest("a", [0], [10, 11, 12, 13, 14])], 4)
     proposer.on_finished("a")
     (draft,) = proposer.propose([ProposerRequest("b", [5, 10, 11], [])], 4)
     assert draft is not None and draft.token_ids == (12, 13)
 
 
-def test_store_stays_within_its_budget_and_evicts_oldest() -> None:
-    store = OutputStore(10)
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_store_stays_within_its_budget_and_evicts_oldest(backend: str) -> None:
+    proposer = SuffixProposer({"global_max_tokens": 10, "backend": backend})
     for start in range(0, 40, 4):
-        store.add([start, start + 1, start + 2])
-        assert len(store) <= 10
-    assert list(store.buffer)[-4:] == [36, 37, 38, -1] and 0 not in store.buffer
-    store.add(list(range(100, 130)))
-    assert list(store.buffer) == [*range(121, 130), -1]
+        proposer.propose([ProposerRequest(f"r{start}", [99], [start, start + 1, start + 2])], 1)
+        proposer.on_finished(f"r{start}")
+        store = proposer.drafter.store
+        assert isinstance(store, TokenIndex) and len(store) <= 10
+    assert store.tokens()[-4:] == [36, 37, 38, -1] and 0 not in store.tokens()
+    proposer.propose([ProposerRequest("long", [99], list(range(100, 130)))], 1)
+    proposer.on_finished("long")
+    assert store.tokens() == [*range(121, 130), -1] and len(proposer.drafter) == 0

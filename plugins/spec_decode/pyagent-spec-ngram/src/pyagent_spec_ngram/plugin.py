@@ -13,8 +13,10 @@ SPEC = ProposerSpec(
     description=(
         "Looks for the longest n in [min_n, max_n] such that the last n tokens of the prompt plus "
         "output occurred earlier, and drafts the tokens that followed the most recent such "
-        "occurrence (a chain of up to max_tokens). The scan runs in C (pyagent-kernels) with an "
-        "identical pure-Python fallback."
+        "occurrence (a chain of up to max_tokens), each scored with the probability that the model "
+        "accepts it (the acceptance rate learned for the match length it extends). Histories are "
+        "indexes appended to each step; matching runs in C (pyagent-kernels) with an identical "
+        "pure-Python fallback."
     ),
     priority=10,
     options={

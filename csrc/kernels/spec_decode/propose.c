@@ -1,0 +1,309 @@
+/* Drafts for a batch of requests from their histories and a store (pyagent/spec_decode.h).
+ *
+ * Per request: append the new tokens, calibrate with the request's previous draft, match, count the
+ * winning hits' continuations into a small trie (nodes numbered in insertion order, hits newest
+ * first), score its nodes and choose the draft. The trie has at most max_hits x budget nodes;
+ * children are kept in a sibling list, which is short (one child per distinct continuation token).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "pyagent/common.h"
+#include "spec_decode/token_index.h"
+
+typedef struct {
+    int32_t token;
+    int32_t parent;       /* -1: a child of the root */
+    int32_t depth;        /* 1 for children of the root */
+    int32_t count;        /* continuations passing through the node */
+    int32_t first_child;  /* -1: none */
+    int32_t next_sibling; /* -1: none */
+    int32_t bucket;       /* calibration bucket of the extended match length */
+    double share;         /* count / parent's count (or / hits) */
+    double score;         /* estimated probability that the target accepts the node */
+} trie_node;
+
+typedef struct {
+    trie_node *nodes;
+    int32_t size;
+    int32_t root_child;   /* first child of the root, -1: none */
+} trie;
+
+/* Bucket of an extended match length (pyagent/spec_decode.h). */
+static int32_t length_bucket(int64_t length)
+{
+    static const int64_t upper[] = {10, 12, 16, 24, 32, 48, 64};
+    if (length <= 8)
+        return length < 1 ? 0 : (int32_t)(length - 1);
+    for (int32_t b = 0; b < 7; ++b)
+        if (length <= upper[b])
+            return 8 + b;
+    return PAK_DRAFT_BUCKETS - 1;
+}
+
+static int32_t trie_child(trie *t, int32_t node, int32_t token)
+{
+    int32_t *link = node < 0 ? &t->root_child : &t->nodes[node].first_child;
+    while (*link != -1) {
+        if (t->nodes[*link].token == token)
+            return *link;
+        link = &t->nodes[*link].next_sibling;
+    }
+    const int32_t child = t->size++;
+    t->nodes[child] = (trie_node){token, node, node < 0 ? 1 : t->nodes[node].depth + 1, 0, -1, -1, 0, 0.0, 0.0};
+    *link = child;
+    return child;
+}
+
+/* Count text[e .. e + budget - 1] (cut at a negative id or the text's end) for every hit e. */
+static void trie_fill(trie *t, const pak_token_index *text, const int64_t *hits, int64_t num_hits, int64_t budget)
+{
+    t->size = 0;
+    t->root_child = -1;
+    for (int64_t h = 0; h < num_hits; ++h) {
+        int32_t node = -1;
+        const int64_t begin = text->start + hits[h];
+        const int64_t stop = begin + budget < text->end ? begin + budget : text->end;
+        for (int64_t p = begin; p < stop; ++p) {
+            const int32_t token = pak_ti_token(text, p);
+            if (token < 0)
+                break;
+            node = trie_child(t, node, token);
+            ++t->nodes[node].count;
+        }
+    }
+}
+
+/* Scores in number order (a parent always comes before its children). */
+static void trie_score(trie *t, int64_t num_hits, int64_t match_len, const pak_draft_calibration *calibration)
+{
+    for (int32_t i = 0; i < t->size; ++i) {
+        trie_node *node = &t->nodes[i];
+        const trie_node *parent = node->parent < 0 ? NULL : &t->nodes[node->parent];
+        node->bucket = length_bucket(match_len + node->depth - 1);
+        node->share = (double)node->count / (parent == NULL ? (double)num_hits : (double)parent->count);
+        const double rate = calibration->accepted[node->bucket] / calibration->tried[node->bucket];
+        const double chance = node->share * rate;
+        node->score = (parent == NULL ? 1.0 : parent->score) * (chance < 1.0 ? chance : 1.0);
+    }
+}
+
+/* Whether node i ranks before node j: higher score, then shallower, then a lower number. */
+static int ranks_before(const trie *t, int32_t i, int32_t j)
+{
+    const trie_node *x = &t->nodes[i], *y = &t->nodes[j];
+    if (x->score != y->score)
+        return x->score > y->score;
+    if (x->depth != y->depth)
+        return x->depth < y->depth;
+    return i < j;
+}
+
+/* The `budget` best-ranked nodes reached by at least `threshold` continuations, in number order
+ * (an insertion into a ranked list of at most `budget`, then an insertion sort by number). A parent
+ * never ranks below its child (its score is no lower, and it is shallower), so the set is closed. */
+static int64_t best_tree(const trie *t, int64_t budget, double threshold, int32_t *order)
+{
+    int64_t n = 0;
+    for (int32_t i = 0; i < t->size; ++i) {
+        if (!((double)t->nodes[i].count >= threshold && t->nodes[i].count > 0))
+            continue;
+        if (n == budget && !ranks_before(t, i, order[n - 1]))
+            continue;
+        int64_t k = n < budget ? n++ : n - 1;
+        for (; k > 0 && ranks_before(t, i, order[k - 1]); --k)
+            order[k] = order[k - 1];
+        order[k] = i;
+    }
+    for (int64_t a = 1; a < n; ++a) {
+        const int32_t node = order[a];
+        int64_t k = a;
+        for (; k > 0 && order[k - 1] > node; --k)
+            order[k] = order[k - 1];
+        order[k] = node;
+    }
+    return n;
+}
+
+/* The chain that follows the child with the most continuations (ties: the lower number). */
+static int64_t best_chain(const trie *t, int64_t budget, double threshold, int32_t *order)
+{
+    int64_t n = 0;
+    int32_t child = t->root_child;
+    while (n < budget && child != -1) {
+        int32_t best = child;
+        for (int32_t c = child; c != -1; c = t->nodes[c].next_sibling) {
+            const trie_node *x = &t->nodes[c], *y = &t->nodes[best];
+            if (x->count > y->count || (x->count == y->count && c < best))
+                best = c;
+        }
+        if ((double)t->nodes[best].count < threshold)
+            break;
+        order[n++] = best;
+        child = t->nodes[best].first_child;
+    }
+    return n;
+}
+
+/* Add the tokens appended since the history's last draft to the calibration, then forget the draft. */
+static void calibrate(pak_token_index *history, pak_draft_calibration *calibration)
+{
+    int32_t node = -1;
+    for (int64_t p = history->draft_at; p < history->end && history->draft_size > 0; ++p) {
+        const int32_t token = pak_ti_token(history, p);
+        int32_t next = -1;
+        for (int32_t j = 0; j < history->draft_size; ++j) {
+            if (history->draft_parents[j] != node)
+                continue;
+            calibration->tried[history->draft_buckets[j]] += history->draft_cond[j];
+            if (history->draft_tokens[j] == token)
+                next = j;
+        }
+        if (next < 0)
+            break;
+        calibration->accepted[history->draft_buckets[next]] += 1.0;
+        node = next;
+    }
+    history->draft_size = 0;
+}
+
+/* Write the chosen nodes (number order, closed under parents) as request i's draft and remember it
+ * in the history; returns the node count, or PAK_ENOMEM. */
+static int64_t emit(const trie *t, const int32_t *chosen, int64_t n, int32_t *where, pak_token_index *history,
+                    int32_t *tokens, int32_t *parents, double *scores)
+{
+    if (n > history->draft_room) {
+        int32_t *a = realloc(history->draft_tokens, (size_t)n * sizeof *a);
+        if (a != NULL)
+            history->draft_tokens = a;
+        int32_t *b = realloc(history->draft_parents, (size_t)n * sizeof *b);
+        if (b != NULL)
+            history->draft_parents = b;
+        int32_t *c = realloc(history->draft_buckets, (size_t)n * sizeof *c);
+        if (c != NULL)
+            history->draft_buckets = c;
+        double *d = realloc(history->draft_cond, (size_t)n * sizeof *d);
+        if (d != NULL)
+            history->draft_cond = d;
+        if (a == NULL || b == NULL || c == NULL || d == NULL)
+            return PAK_ENOMEM;
+        history->draft_room = n;
+    }
+    for (int64_t k = 0; k < n; ++k)
+        where[chosen[k]] = (int32_t)k;
+    for (int64_t k = 0; k < n; ++k) {
+        const trie_node *node = &t->nodes[chosen[k]];
+        tokens[k] = node->token;
+        parents[k] = node->parent < 0 ? -1 : where[node->parent];
+        scores[k] = node->score;
+        history->draft_tokens[k] = node->token;
+        history->draft_parents[k] = parents[k];
+        history->draft_buckets[k] = node->bucket;
+        history->draft_cond[k] = node->share;
+    }
+    history->draft_size = n;
+    history->draft_at = history->end;
+    return n;
+}
+
+static int64_t check_arguments(pak_token_index *const *histories, const int32_t *new_tokens,
+                               const int64_t *new_counts, int64_t batch, const pak_draft_params *params,
+                               const pak_draft_calibration *calibration, const int64_t *limits, int64_t max_nodes,
+                               const int32_t *tokens, const int32_t *parents, const double *scores,
+                               const int64_t *counts, const int64_t *match_lens)
+{
+    if (batch < 0 || max_nodes < 0 || params == NULL || calibration == NULL
+        || (batch > 0 && (histories == NULL || new_counts == NULL || limits == NULL || counts == NULL
+                          || match_lens == NULL || (max_nodes > 0 && (tokens == NULL || parents == NULL
+                                                                      || scores == NULL)))))
+        return PAK_EINVAL;
+    if (params->min_len < 1 || params->max_len < params->min_len || params->max_hits < 1)
+        return PAK_EINVAL;
+    if (!(params->min_prob >= 0.0 && params->min_prob <= 1.0) || !(params->spec_factor >= 0.0))
+        return PAK_EPARAM;
+    for (int b = 0; b < PAK_DRAFT_BUCKETS; ++b)
+        if (!(calibration->tried[b] > 0.0) || !(calibration->accepted[b] >= 0.0))
+            return PAK_EPARAM;
+    int64_t total = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+        if (histories[i] == NULL || histories[i]->capacity != 0 || new_counts[i] < 0)
+            return PAK_EINVAL;
+        total += new_counts[i];
+    }
+    return total > 0 && new_tokens == NULL ? PAK_EINVAL : PAK_OK;
+}
+
+int64_t pak_propose_drafts(pak_token_index *const *histories, const int32_t *new_tokens,
+                           const int64_t *new_counts, int64_t batch, const pak_token_index *store,
+                           const pak_draft_params *params, pak_draft_calibration *calibration,
+                           const int64_t *limits, int64_t max_nodes,
+                           int32_t *tokens, int32_t *parents, double *scores, int64_t *counts,
+                           int64_t *match_lens)
+{
+    int64_t rc = check_arguments(histories, new_tokens, new_counts, batch, params, calibration, limits, max_nodes,
+                                 tokens, parents, scores, counts, match_lens);
+    if (rc != PAK_OK)
+        return rc;
+    const int64_t hit_room = params->max_hits;
+    const int64_t node_room = hit_room * (max_nodes > 0 ? max_nodes : 1);
+    int64_t *hits = malloc((size_t)(2 * hit_room) * sizeof *hits);
+    trie t = {malloc((size_t)node_room * sizeof *t.nodes), 0, -1};
+    int32_t *order = malloc((size_t)node_room * sizeof *order);
+    int32_t *where = malloc((size_t)node_room * sizeof *where);
+    if (hits == NULL || t.nodes == NULL || order == NULL || where == NULL)
+        rc = PAK_ENOMEM;
+    int64_t offset = 0;
+    for (int64_t i = 0; i < batch && rc == PAK_OK; ++i) {
+        pak_token_index *history = histories[i];
+        if (new_counts[i] > 0)
+            rc = pak_ti_append(history, new_tokens + offset, new_counts[i]);
+        offset += new_counts[i];
+        counts[i] = 0;
+        match_lens[i] = 0;
+        if (rc != PAK_OK)
+            break;
+        calibrate(history, calibration);
+        int64_t limit = limits[i] < max_nodes ? limits[i] : max_nodes;
+        if (limit <= 0)
+            continue;
+        int64_t length;
+        int64_t found = pak_ti_match(history, history, params->min_len, params->max_len, params->max_hits, hits,
+                                     &length);
+        const pak_token_index *text = history;
+        const int64_t *used = hits;
+        if (store != NULL && store->end > store->start) {
+            int64_t store_length;
+            const int64_t store_found = pak_ti_match(store, history, params->min_len, params->max_len,
+                                                     params->max_hits, hits + hit_room, &store_length);
+            if (store_length > length) {
+                found = store_found, length = store_length, text = store, used = hits + hit_room;
+            }
+        }
+        if (found == 0)
+            continue;
+        if (params->cap_by_match) {
+            const double cap = ceil(params->spec_factor * (double)length);
+            if (cap < (double)limit)
+                limit = (int64_t)cap;
+        }
+        if (limit <= 0)
+            continue;
+        trie_fill(&t, text, used, found, limit);
+        trie_score(&t, found, length, calibration);
+        const double threshold = params->min_prob * (double)found;
+        const int64_t n = params->tree ? best_tree(&t, limit, threshold, order) : best_chain(&t, limit, threshold, order);
+        const int64_t at = i * max_nodes;
+        const int64_t written = emit(&t, order, n, where, history, tokens + at, parents + at, scores + at);
+        if (written < 0) {
+            rc = written;
+            break;
+        }
+        counts[i] = written;
+        match_lens[i] = length;
+    }
+    free(hits);
+    free(t.nodes);
+    free(order);
+    free(where);
+    return rc;
+}
