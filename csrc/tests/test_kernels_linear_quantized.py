@@ -61,9 +61,11 @@ def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
     assert torch.equal(weight.dequantize(), torch.from_numpy(dequantize(blocks, GGML_TYPES[fmt]).reshape(5, 64)))
 
 
-# rows <= 4 decode into registers, more rows decode panels; out % 4 != 0 leaves single-row tiles;
-# out > 64 splits the work into chunks for the helper threads.
-SHAPES = [(1, 1, 32), (1, 7, 96), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536), (33, 6, 160)]
+# rows <= 4 decode into registers in 4 x 4 tiles, 5 to 16 rows in columns of every row, more rows
+# decode panels; out % 4 != 0 leaves single-row tiles; out > 64 splits the work into chunks for the
+# helper threads.
+SHAPES = [(1, 1, 32), (1, 7, 96), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536), (16, 5, 64), (17, 3, 96),
+          (33, 6, 160)]
 
 
 @needs_c

@@ -19,8 +19,9 @@
  * is rounded to nearest even). A token that sees no position gets zeros.
  *
  * Work items are (sequence, kv head, tile of up to ~64 query rows); all query heads of a kv head in
- * a tile share each key/value load. Items are spread over up to num_threads POSIX threads when there
- * is enough work; <= 1 runs on the calling thread only.
+ * a tile share each key/value load. Items are spread over the caller and up to num_threads - 1 of
+ * the persistent helper threads the linear kernel uses, when there is enough work; <= 1 runs on the
+ * calling thread only. A token's output does not depend on the thread count.
  *
  * Errors (nothing written): PAK_EINVAL (NULL pointer, bad size or dtype), PAK_EPARAM (query_start_loc
  * not starting at 0, decreasing or not ending at num_tokens; a sequence shorter than its new tokens

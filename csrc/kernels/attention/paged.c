@@ -1,8 +1,6 @@
 /* Paged attention (pyagent/attention.h): index checks, cache write, work items, threads and
  * instruction-set dispatch. The per-variant attention code is in paged_impl.h. */
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +8,13 @@
 #include "pyagent/attention.h"
 #include "pyagent/common.h"
 #include "common/bf16.h"
+#include "common/pool.h"
 #include "common/variant.h"
 #include "sampling/vecmath.h"
 
 #define PAK_ATTN_ROWS 64                  /* query rows (tokens x group heads) per work item */
 #define PAK_ATTN_CHUNK 16                 /* positions scored together (at most one block's) */
-#define PAK_ATTN_MAX_THREADS 64
-#define PAK_ATTN_WORK_PER_THREAD (1 << 17) /* (query row, position) pairs a thread must get */
+#define PAK_ATTN_WORK_PER_THREAD (1 << 11) /* (query row, position) pairs a thread must get */
 
 typedef uint16_t pak_v16h __attribute__((vector_size(32)));
 typedef float pak_v4f __attribute__((vector_size(16)));
@@ -147,26 +145,27 @@ static pak_item *make_items(const pak_attn *a, int64_t num_seqs, int64_t *num_it
     return items;
 }
 
-/* What the threads of one call share: items are taken in order from an atomic counter. */
+/* What the workers of one call share: the items, and a scratch region per worker. */
 typedef struct {
     const pak_attn *attn;
     const pak_item *items;
-    int64_t num_items;
-    _Atomic int64_t next;
     pak_attend_fn attend;
-    int64_t rows;
-} pak_attn_pool;
+    float *scratch;
+    int64_t rows, scratch_floats;
+} pak_attn_job;
 
-static void *run_items(void *arg)
+static int64_t scratch_floats(int64_t rows, int64_t padded)
 {
-    pak_attn_pool *pool = arg;
-    const int64_t padded = pool->attn->padded, rows = pool->rows;
-    float *mem = malloc((size_t)((2 * rows + 2 * PAK_ATTN_CHUNK) * padded + (2 + PAK_ATTN_CHUNK) * rows)
-                        * sizeof(float));
-    if (!mem)
-        return (void *)1;
+    return (2 * rows + 2 * PAK_ATTN_CHUNK) * padded + (2 + PAK_ATTN_CHUNK) * rows;
+}
+
+/* Items [begin, end) on worker `worker`'s scratch. */
+static void run_items(const void *ctx, int64_t begin, int64_t end, int worker)
+{
+    const pak_attn_job *job = ctx;
+    const int64_t padded = job->attn->padded, rows = job->rows;
+    float *cursor = job->scratch + worker * job->scratch_floats;
     pak_attn_scratch sc;
-    float *cursor = mem;
     sc.q = cursor, cursor += rows * padded;
     sc.acc = cursor, cursor += rows * padded;
     sc.m = cursor, cursor += rows;
@@ -174,31 +173,8 @@ static void *run_items(void *arg)
     sc.p = cursor, cursor += rows * PAK_ATTN_CHUNK;
     sc.k = cursor, cursor += PAK_ATTN_CHUNK * padded;
     sc.v = cursor;
-    for (;;) {
-        const int64_t i = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
-        if (i >= pool->num_items)
-            break;
-        pool->attend(pool->attn, &pool->items[i], &sc);
-    }
-    free(mem);
-    return NULL;
-}
-
-/* Run every item on up to `threads` threads (the caller's included); PAK_ENOMEM if a thread could
- * not get its scratch memory. */
-static int run_pool(pak_attn_pool *pool, int threads)
-{
-    pthread_t ids[PAK_ATTN_MAX_THREADS];
-    int started[PAK_ATTN_MAX_THREADS] = {0};
-    for (int i = 1; i < threads; ++i)
-        started[i] = pthread_create(&ids[i], NULL, run_items, pool) == 0;
-    int failed = run_items(pool) != NULL;
-    for (int i = 1; i < threads; ++i) {
-        void *result = NULL;
-        if (started[i] && pthread_join(ids[i], &result) == 0)
-            failed |= result != NULL;
-    }
-    return failed ? PAK_ENOMEM : PAK_OK;
+    for (int64_t i = begin; i < end; ++i)
+        job->attend(job->attn, &job->items[i], &sc);
 }
 
 int pak_paged_attention(void *out, const void *q, const void *k, const void *v, void *kv_cache,
@@ -234,12 +210,20 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
         return PAK_ENOMEM;
     write_cache(kv_cache, k, v, slot_mapping, num_tokens, row_bytes, attn.plane_bytes);
     const int64_t group = num_heads / num_kv_heads;
-    pak_attn_pool pool = {&attn, items, num_items, 0, pick_attend_fn(),
-                          group >= PAK_ATTN_ROWS ? group : PAK_ATTN_ROWS / group * group};
-    int64_t threads = num_threads < PAK_ATTN_MAX_THREADS ? num_threads : PAK_ATTN_MAX_THREADS;
+    int64_t threads = num_threads < PAK_POOL_MAX_THREADS ? num_threads : PAK_POOL_MAX_THREADS;
     threads = threads < work / PAK_ATTN_WORK_PER_THREAD ? threads : work / PAK_ATTN_WORK_PER_THREAD;
     threads = threads < num_items ? threads : num_items;
-    rc = run_pool(&pool, threads < 1 ? 1 : (int)threads);
+    threads = threads < 1 ? 1 : threads;
+    pak_attn_job job = {&attn, items, pick_attend_fn(), NULL,
+                        group >= PAK_ATTN_ROWS ? group : PAK_ATTN_ROWS / group * group, 0};
+    job.scratch_floats = (scratch_floats(job.rows, attn.padded) + 15) / 16 * 16; /* a worker's own cache lines */
+    job.scratch = aligned_alloc(64, (size_t)(threads * job.scratch_floats) * sizeof(float));
+    if (!job.scratch) {
+        free(items);
+        return PAK_ENOMEM;
+    }
+    pak_pool_run(run_items, &job, num_items, 1, (int)threads);
+    free(job.scratch);
     free(items);
-    return rc;
+    return PAK_OK;
 }

@@ -43,34 +43,80 @@ static const float *PAK_V(stage)(float *buf, const char *src, int64_t count, int
     return buf;
 }
 
-PAK_INLINE float PAK_V(dot)(const float *x, const float *y, int64_t size)
+/* lanes[j] = the 16 lane-wise partial sums of q . keys[j] over the head (chunks of 16 in order),
+ * for j < count; zero for the others (their rows are not read). */
+PAK_INLINE void PAK_V(partial_dots)(pak_v16f *restrict lanes, const float *q, const float *keys, int64_t key_stride,
+                                    int64_t count, int64_t padded)
 {
-    pak_v16f acc = {0.0f};
-    for (int64_t d = 0; d < size; d += 16) {
-        pak_v16f a, b;
-        memcpy(&a, x + d, sizeof a);
-        memcpy(&b, y + d, sizeof b);
-        acc += a * b;
+    for (int64_t j = 0; j < PAK_ATTN_CHUNK; ++j)
+        lanes[j] = (pak_v16f){0.0f};
+    for (int64_t d = 0; d < padded; d += 16) {
+        pak_v16f x;
+        memcpy(&x, q + d, sizeof x);
+        for (int64_t j = 0; j < count; ++j) {
+            pak_v16f y;
+            memcpy(&y, keys + j * key_stride + d, sizeof y);
+            lanes[j] += x * y;
+        }
     }
-    return pak_hsum16(acc);
+}
+
+/* Lane j of the result: the 16 lanes of v[j] summed in pak_hsum16's order ((l, l + 8), then
+ * (l, l + 4), then (0 + 2) + (1 + 3)), for the 16 vectors at once. */
+PAK_INLINE pak_v16f PAK_V(hsum16x16)(const pak_v16f *v)
+{
+    pak_v16f x[8], y[4], z[2];
+    for (int i = 0; i < 8; ++i)
+        x[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+               + __builtin_shufflevector(v[2 * i], v[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                                         30, 31);
+    for (int i = 0; i < 4; ++i)
+        y[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+               + __builtin_shufflevector(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29,
+                                         30, 31);
+    for (int i = 0; i < 2; ++i)
+        z[i] = __builtin_shufflevector(y[2 * i], y[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+               + __builtin_shufflevector(y[2 * i], y[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27,
+                                         30, 31);
+    return __builtin_shufflevector(z[0], z[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+           + __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
 /* Scores of query row r (token t at `pos`, sequence with `ctx` cached positions) against the
  * `count` keys from position `key0` into p[0..15] (-inf where not visible or past count); returns
- * their maximum. */
+ * their maximum. Each score is a lane-wise dot product summed as pak_hsum16 sums, sixteen keys at
+ * a time. */
 PAK_INLINE float PAK_V(scores)(float *restrict p, const float *q, const float *keys, int64_t key_stride,
                                int64_t count, int64_t key0, int64_t t, int64_t pos, int64_t ctx,
                                const pak_attn *a)
 {
-    float best = -INFINITY;
-    const uint8_t *tree = a->tree_mask ? a->tree_mask + t * a->tree_width : NULL;
-    for (int64_t j = 0; j < PAK_ATTN_CHUNK; ++j) {
-        const int64_t key = key0 + j;
-        const int visible = j < count && (tree ? (key < ctx || tree[key - ctx]) : key <= pos);
-        p[j] = visible ? PAK_V(dot)(q, keys + j * key_stride, a->padded) : -INFINITY;
-        best = p[j] > best ? p[j] : best;
+    pak_v16f lanes[PAK_ATTN_CHUNK];
+    if (count == PAK_ATTN_CHUNK)
+        PAK_V(partial_dots)(lanes, q, keys, key_stride, PAK_ATTN_CHUNK, a->padded);
+    else
+        PAK_V(partial_dots)(lanes, q, keys, key_stride, count, a->padded);
+    const pak_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    pak_v16i visible;
+    if (a->tree_mask == NULL || key0 + count <= ctx) { /* keys up to pos (causal) or every cached key */
+        const int64_t seen = a->tree_mask == NULL && pos - key0 + 1 < count ? pos - key0 + 1 : count;
+        visible = lane < (int32_t)(seen > 0 ? seen : 0);
+    } else {
+        const uint8_t *tree = a->tree_mask + t * a->tree_width;
+        int32_t bits[PAK_ATTN_CHUNK];
+        for (int64_t j = 0; j < PAK_ATTN_CHUNK; ++j)
+            bits[j] = j < count && (key0 + j < ctx || tree[key0 + j - ctx]) ? -1 : 0;
+        memcpy(&visible, bits, sizeof visible);
     }
-    return best;
+    const pak_v16f scores = pak_select16(visible, PAK_V(hsum16x16)(lanes), (pak_v16f){0.0f} - INFINITY);
+    memcpy(p, &scores, sizeof scores);
+    pak_v16f best = scores;
+    best = pak_select16(best > __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7),
+                        best, __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    best = pak_select16(best > __builtin_shufflevector(best, best, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11),
+                        best, __builtin_shufflevector(best, best, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    best = pak_select16(best > __builtin_shufflevector(best, best, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13),
+                        best, __builtin_shufflevector(best, best, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    return best[0] > best[1] ? best[0] : best[1];
 }
 
 /* Online-softmax update of row r for one chunk: rescale the row's state to the new maximum and
@@ -150,7 +196,10 @@ static void PAK_V(attend)(const pak_attn *a, const pak_item *item, const pak_att
             const float best = PAK_V(scores)(p, sc->q + r * padded, keys, k_stride, count, key0,
                                              item->first + r / group, first_pos + r / group, ctx, a);
             PAK_V(softmax_step)(p, best, acc, sc->m + r, sc->l + r, padded);
-            PAK_V(accumulate)(acc, p, values, v_stride, count, padded);
+            if (count == PAK_ATTN_CHUNK) /* the full chunk's loop unrolled */
+                PAK_V(accumulate)(acc, p, values, v_stride, PAK_ATTN_CHUNK, padded);
+            else
+                PAK_V(accumulate)(acc, p, values, v_stride, count, padded);
         }
     }
 

@@ -11,13 +11,12 @@
  * Block-quantized weights are decoded, a panel of rows at a time, into a dense float32 or bfloat16
  * buffer that the dense tiles then read, so they give the bits of the dense product on the decoded
  * matrix. The panel fits in the core's caches and is decoded once for every input row of the call;
- * up to DIRECT_ROWS input rows (decode steps, speculative verification) each tile of 4 rows decodes
- * the blocks into registers instead, which measured faster than a panel's store and reload.
+ * up to DIRECT_ROWS input rows (decode steps, speculative verification) the blocks are decoded into
+ * registers instead, which measured faster than a panel's store and reload: by tiles of 4 x 4 for up
+ * to 4 rows, by columns of one weight row against every input row for more.
  */
 #define _GNU_SOURCE
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +25,7 @@
 #include "pyagent/common.h"
 #include "pyagent/linear.h"
 #include "common/bf16.h"
+#include "common/pool.h"
 #include "common/variant.h"
 #include "linear/quant_blocks.h"
 
@@ -37,10 +37,8 @@
 #define MR 4          /* input rows per tile */
 #define NR 4          /* weight rows per tile */
 #define NB 64         /* weight rows kept in cache while every input row passes over them */
-#define MAX_THREADS 64
 #define PANEL_BYTES (64 * 1024) /* decoded weight rows a worker keeps on its stack */
-#define DIRECT_ROWS 16 /* up to this many input rows, quantized blocks are decoded in registers per tile */
-#define SPIN_ROUNDS 30000
+#define DIRECT_ROWS 16 /* up to this many input rows, quantized blocks are decoded in registers */
 
 /* ---------------------------------------------------------------------------------------------
  * Scalar helpers and the portable variant. */
@@ -358,6 +356,65 @@ DEFINE_PANEL(qpanel_f32_avx512, AVX512, float, uint8_t, job->row_bytes, qtile_f3
 DEFINE_PANEL(qpanel_bf16_avx512, AVX512, uint16_t, uint8_t, job->row_bytes, qtile_bf16_emulated)
 DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->row_bytes, qtile_bf16_native)
 
+/* A column of one quantized weight row against mr (compile-time after inlining, up to DIRECT_ROWS)
+ * input rows, the inputs read from memory: each block is decoded once for all of them, which for
+ * more than MR rows (speculative verification) costs a third to a half of the MR x NR tiles'
+ * repeated decoding. */
+#define DEFINE_QCOLUMN(name, isa, elem, chunks, load_x, weights, step, store)                       \
+    __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
+                                                          const uint8_t *w, int64_t n, int mr)         \
+    {                                                                                                  \
+        const int64_t in = job->in, block_bytes = quant_block_bytes(job->wtype);                       \
+        __m512 acc[DIRECT_ROWS];                                                                       \
+        for (int i = 0; i < mr; ++i)                                                                   \
+            acc[i] = _mm512_setzero_ps();                                                              \
+        for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {                                               \
+            const uint8_t *block = w + b * block_bytes;                                                \
+            _mm_prefetch((const char *)(block + 2 * job->row_bytes), _MM_HINT_T0);                     \
+            __m512 lo, hi;                                                                             \
+            __m512i wv[chunks];                                                                        \
+            decode_block512(job->wtype, block, &lo, &hi);                                              \
+            weights(wv, lo, hi);                                                                       \
+            for (int i = 0; i < mr; ++i)                                                               \
+                for (int k = 0; k < (chunks); ++k)                                                     \
+                    acc[i] = step(acc[i], load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks))), \
+                                  wv[k]);                                                              \
+        }                                                                                              \
+        for (int i = 0; i < mr; ++i)                                                                   \
+            store(job, n + i * job->out, reduce512(acc[i]));                                           \
+    }
+
+DEFINE_QCOLUMN(qcolumn_f32, AVX512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE_F32)
+DEFINE_QCOLUMN(qcolumn_bf16_emulated, AVX512, uint16_t, 1, LOAD_16, WEIGHTS_BF16, step_bf16_emulated,
+               store_bf16_result)
+DEFINE_QCOLUMN(qcolumn_bf16_native, AVX512 ",avx512bf16", uint16_t, 1, LOAD_16, WEIGHTS_BF16_NATIVE,
+               step_bf16_native, store_bf16_result)
+
+/* Quantized weight rows [n0, n1) in registers: MR x NR tiles for up to MR input rows, columns of
+ * every input row at once for more (up to DIRECT_ROWS). */
+#define COLUMN_CASE(column, r)                                                                        \
+    case r:                                                                                            \
+        for (int64_t n = n0; n < n1; ++n)                                                              \
+            column(job, x, w + (n - n0) * job->row_bytes, n, r);                                       \
+        break;
+#define DEFINE_QDIRECT(name, isa, elem, panel, column)                                              \
+    __attribute__((target(isa))) static void name(const linear_job *job, const void *w_rows,        \
+                                                  int64_t n0, int64_t n1)                              \
+    {                                                                                                  \
+        const elem *x = job->x;                                                                        \
+        const uint8_t *w = w_rows;                                                                     \
+        switch (job->rows) {                                                                           \
+        COLUMN_CASE(column, 5) COLUMN_CASE(column, 6) COLUMN_CASE(column, 7) COLUMN_CASE(column, 8)    \
+        COLUMN_CASE(column, 9) COLUMN_CASE(column, 10) COLUMN_CASE(column, 11) COLUMN_CASE(column, 12) \
+        COLUMN_CASE(column, 13) COLUMN_CASE(column, 14) COLUMN_CASE(column, 15) COLUMN_CASE(column, 16) \
+        default: panel(job, w_rows, n0, n1);                                                           \
+        }                                                                                              \
+    }
+
+DEFINE_QDIRECT(qdirect_f32_avx512, AVX512, float, qpanel_f32_avx512, qcolumn_f32)
+DEFINE_QDIRECT(qdirect_bf16_avx512, AVX512, uint16_t, qpanel_bf16_avx512, qcolumn_bf16_emulated)
+DEFINE_QDIRECT(qdirect_bf16_native, AVX512 ",avx512bf16", uint16_t, qpanel_bf16_native, qcolumn_bf16_native)
+
 /* Decoders of quantized rows into dense rows, one per output format; `store` writes one block. */
 #define DEFINE_DECODE(name, isa, elem, store)                                                       \
     __attribute__((target(isa))) static void name(int wtype, const uint8_t *rows, int64_t row_bytes, \
@@ -408,140 +465,19 @@ int pak_linear_bf16_native(void)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The helper threads. One call at a time uses them (a concurrent call from another thread runs on
- * its caller alone). A call publishes its job, wakes the helpers, and then the caller and every
- * helper that is awake claim chunks of NB weight rows from one counter until none are left; the
- * caller waits only for chunks that were claimed, so a helper the OS does not schedule costs at
- * most one chunk, never the whole call. Helpers spin for a while between calls (decode steps come
- * back to back), then sleep.
- *
- * The counter `ticket` holds the call's generation (high 32 bits) and the next chunk (low 32 bits).
- * A claim is a compare-and-swap that keeps the generation, so a helper that wakes late cannot claim
- * a chunk of a later call with the job it read for an earlier one; and a successful claim means the
- * call is not finished (its chunk is not done), so the job it reads after claiming is still there. */
+ * Threads: chunks of NB weight rows on the shared helper pool (common/pool.h). */
 
-static struct {
-    pthread_mutex_t busy;  /* held by the call using the helpers */
-    pthread_mutex_t lock;  /* guards sleeping */
-    pthread_cond_t wake;
-    atomic_uint generation;
-    _Atomic uint64_t ticket;
-    atomic_int sleepers;
-    atomic_int done;       /* chunks of the current call finished */
-    int helpers;           /* helpers running in this process (reset in a child after fork) */
-    int wanted;            /* helpers the current call may use (helpers 0 .. wanted - 1) */
-    unsigned born[MAX_THREADS]; /* the generation each helper was started in */
-    const linear_job *job;
-    int64_t chunks;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
-
-static inline void cpu_relax(void)
+static void run_chunk(const void *ctx, int64_t begin, int64_t end, int worker)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* Claim and run chunks of call `generation` until none are left; `worker` is 0 for the caller,
- * 1 + its index for a helper. */
-static void claim_chunks(unsigned generation, int worker)
-{
-    for (;;) {
-        uint64_t ticket = atomic_load(&pool.ticket);
-        if ((unsigned)(ticket >> 32) != generation || (int64_t)(uint32_t)ticket >= pool.chunks)
-            return;
-        if (!atomic_compare_exchange_weak(&pool.ticket, &ticket, ticket + 1))
-            continue;
-        const linear_job *job = pool.job;
-        const int64_t n0 = (int64_t)(uint32_t)ticket * NB;
-        job->run(job, n0, n0 + NB < job->out ? n0 + NB : job->out, worker);
-        atomic_fetch_add(&pool.done, 1);
-    }
-}
-
-static void *helper_main(void *arg)
-{
-    const int index = (int)(intptr_t)arg;
-    unsigned seen = pool.born[index];
-    for (;;) {
-        unsigned now;
-        int spins = 0;
-        while ((now = atomic_load(&pool.generation)) == seen && spins < SPIN_ROUNDS) {
-            cpu_relax();
-            ++spins;
-        }
-        if (now == seen) {
-            pthread_mutex_lock(&pool.lock);
-            atomic_fetch_add(&pool.sleepers, 1);
-            while ((now = atomic_load(&pool.generation)) == seen)
-                pthread_cond_wait(&pool.wake, &pool.lock);
-            atomic_fetch_sub(&pool.sleepers, 1);
-            pthread_mutex_unlock(&pool.lock);
-        }
-        seen = now;
-        if (index < pool.wanted)
-            claim_chunks(now, 1 + index);
-    }
-    return NULL;
-}
-
-/* A child after fork has none of its parent's helpers. */
-static void forget_helpers(void)
-{
-    pool.helpers = 0;
-}
-
-static void watch_forks(void)
-{
-    pthread_atfork(NULL, NULL, forget_helpers);
-}
-
-/* Make sure `wanted` helpers run in this process. Called with `busy` held. */
-static void start_helpers(int wanted)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, watch_forks);
-    while (pool.helpers < wanted) {
-        pthread_t id;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pool.born[pool.helpers] = atomic_load(&pool.generation);
-        const int rc = pthread_create(&id, &attr, helper_main, (void *)(intptr_t)pool.helpers);
-        pthread_attr_destroy(&attr);
-        if (rc != 0)
-            break;
-        ++pool.helpers;
-    }
+    const linear_job *job = ctx;
+    job->run(job, begin, end, worker);
 }
 
 static void run_job(const linear_job *job, int threads)
 {
-    const int64_t chunks = (job->out + NB - 1) / NB;
-    const int64_t work = job->rows * job->out * job->in;
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
-    if (threads <= 1 || chunks < 2 || work < (1 << 16) || pthread_mutex_trylock(&pool.busy) != 0) {
-        job->run(job, 0, job->out, 0);
-        return;
-    }
-    start_helpers(threads - 1);
-    pool.wanted = threads - 1;
-    const unsigned generation = atomic_load(&pool.generation) + 1;
-    pool.job = job;
-    pool.chunks = chunks;
-    atomic_store(&pool.done, 0);
-    atomic_store(&pool.ticket, (uint64_t)generation << 32);
-    atomic_store(&pool.generation, generation);
-    if (atomic_load(&pool.sleepers) > 0) {
-        pthread_mutex_lock(&pool.lock);
-        pthread_cond_broadcast(&pool.wake);
-        pthread_mutex_unlock(&pool.lock);
-    }
-    claim_chunks(generation, 0);
-    while (atomic_load(&pool.done) < chunks)
-        cpu_relax();
-    pthread_mutex_unlock(&pool.busy);
+    if (job->rows * job->out * job->in < (1 << 16)) /* too little work to share */
+        threads = 1;
+    pak_pool_run(run_chunk, job, job->out, NB, threads);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -586,8 +522,8 @@ static panel_fn choose_direct(int elem_bytes)
 #if PAK_X86_VARIANTS
     if (pak_isa_active() == PAK_ISA_AVX512) {
         if (elem_bytes == 4)
-            return qpanel_f32_avx512;
-        return pak_linear_bf16_native() ? qpanel_bf16_native : qpanel_bf16_avx512;
+            return qdirect_f32_avx512;
+        return pak_linear_bf16_native() ? qdirect_bf16_native : qdirect_bf16_avx512;
     }
 #endif
     (void)elem_bytes;
@@ -643,7 +579,7 @@ static int linear_quantized(const void *x, const uint8_t *w, int wtype, void *y,
                       .wtype = wtype, .decode = choose_decode(elem_bytes), .direct = choose_direct(elem_bytes),
                       .run = run_quantized};
     if (job.dense_row > PANEL_BYTES) { /* rows too long for the stack: NR rows per worker on the heap */
-        const int workers = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+        const int workers = threads < 1 ? 1 : threads > PAK_POOL_MAX_THREADS ? PAK_POOL_MAX_THREADS : threads;
         job.scratch = aligned_alloc(64, (size_t)((workers * job.dense_row * NR + 63) / 64 * 64));
         if (job.scratch == NULL)
             return PAK_ENOMEM;

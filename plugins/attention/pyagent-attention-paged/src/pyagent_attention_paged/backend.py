@@ -7,7 +7,7 @@ from typing import Any
 
 import pyagent_kernels
 import torch
-from pyagent_kernels.attention import paged_attention
+from pyagent_kernels.attention import PagedLayout
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 
@@ -24,6 +24,17 @@ class PagedAttention(AttentionBackend):
     ) -> None:
         super().__init__(num_heads, head_size, num_kv_heads, scale, options)
         self.threads = int(self.options["threads"])
+        self._layout: tuple[AttentionMetadata, PagedLayout] | None = None
+
+    def layout(self, metadata: AttentionMetadata) -> PagedLayout:
+        """The kernel's checked view of ``metadata``, made once for all the layers of a step."""
+        if self._layout is None or self._layout[0] is not metadata:
+            tree_mask = metadata.tree_mask
+            self._layout = metadata, PagedLayout(
+                block_tables=metadata.block_tables.contiguous(), slot_mapping=metadata.slot_mapping.contiguous(),
+                seq_lens=metadata.seq_lens.contiguous(), query_start_loc=metadata.query_start_loc.contiguous(),
+                tree_mask=None if tree_mask is None else tree_mask.contiguous())
+        return self._layout[1]
 
     @classmethod
     def check_available(cls) -> str | None:
@@ -47,14 +58,5 @@ class PagedAttention(AttentionBackend):
     ) -> torch.Tensor:
         """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
         self.check_inputs(q, k, v, kv_cache, metadata)
-        tree_mask = metadata.tree_mask
-        return paged_attention(
-            q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,
-            block_tables=metadata.block_tables.contiguous(),
-            slot_mapping=metadata.slot_mapping.contiguous(),
-            seq_lens=metadata.seq_lens.contiguous(),
-            query_start_loc=metadata.query_start_loc.contiguous(),
-            scale=self.scale,
-            tree_mask=None if tree_mask is None else tree_mask.contiguous(),
-            threads=self.threads,
-        )
+        return self.layout(metadata).attend(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,
+                                            scale=self.scale, threads=self.threads)
