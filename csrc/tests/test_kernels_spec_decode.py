@@ -134,7 +134,7 @@ def draft_oracle(request: OracleRequest, text: list[int], hits: list[int], budge
         return None
     where = {p: i for i, p in enumerate(chosen)}
     return Draft(tuple(p[-1] for p in chosen), tuple(where[p[:-1]] if len(p) > 1 else -1 for p in chosen),
-                 tuple(score[p] for p in chosen), match_len)
+                 tuple(score[p] for p in chosen))
 
 
 def propose_oracle(request: OracleRequest, store: list[int], limit: int, params: DraftParams,
@@ -313,3 +313,45 @@ def test_drafter_appends_only_new_tokens_and_restarts_shrunk_requests(backend: A
     assert fresh is not index and fresh is not None and fresh.tokens() == [1, 2, 3]
     drafter.finish("a")
     assert drafter.history("a") is None and len(drafter) == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=60, deadline=None)
+@given(prompts=st.lists(words, min_size=2, max_size=4), steps=st.lists(st.lists(words, min_size=4, max_size=4),
+       max_size=4), limit=st.integers(0, 6), params=params_strategy)
+def test_a_batch_drafts_as_its_requests_do_alone(backend: Any, prompts: list[list[int]],
+                                                 steps: list[list[list[int]]], limit: int,
+                                                 params: DraftParams) -> None:
+    def make(tokens: tuple[int, ...], parents: tuple[int, ...], scores: tuple[float, ...]) -> tuple[Any, ...]:
+        return "made", tokens, parents, scores
+
+    batched = Drafter(params, backend=backend, make_draft=make)
+    alone = Drafter(params, backend=backend)  # the same requests, one call each: the same calibration updates
+    views = [Request(f"r{i}", list(p), []) for i, p in enumerate(prompts)]
+    for step in [None, *steps]:
+        for view, new in zip(views, step or [[]] * len(views), strict=False):
+            view.output_token_ids.extend(new)
+        expected = [alone.propose([view], limit)[0] for view in views]
+        assert batched.propose(views, limit) == [None if d is None else ("made", *d) for d in expected]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_history_follows_shrunk_outputs_and_failed_calls(backend: Any) -> None:
+    drafter = Drafter(draft_params(min_len=1, max_len=4, max_hits=2), backend=backend)
+    request = Request("r", [1, 2, 3], [1, 2])
+    drafter.propose([request], 2)
+    request.output_token_ids[:] = [4]  # shrunk: the history starts over
+    drafter.propose([request], 2)
+    assert drafter.history("r").tokens() == [1, 2, 3, 4]  # type: ignore[union-attr]
+    request.output_token_ids.extend([2**40, 5])
+    with pytest.raises(KernelArgumentError, match="int32"):
+        drafter.propose([request], 2)
+    request.output_token_ids[1] = 6
+    drafter.propose([request], 2)
+    assert drafter.history("r").tokens() == [1, 2, 3, 4, 6, 5]  # type: ignore[union-attr]
+    fresh = Request("new", [2**40], [])  # its prompt never got in: it starts over
+    with pytest.raises(KernelArgumentError, match="int32"):
+        drafter.propose([fresh], 2)
+    fresh.prompt_token_ids[0] = 7
+    drafter.propose([fresh], 2)
+    assert drafter.history("new").tokens() == [7]  # type: ignore[union-attr]

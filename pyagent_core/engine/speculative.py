@@ -198,12 +198,17 @@ class DraftController:
         return min(max((state.scored_accepted + weight) / (state.scored_expected + weight), 0.25), 2.0)
 
     def probabilities(self, request_id: str, draft: DraftTree) -> list[float]:
-        """Each node's estimated chance of being accepted (module docstring)."""
-        if draft.scores is not None:
-            factor = self.score_factor(request_id)
-            return [min(max(score, 0.0) * factor, 1.0) for score in draft.scores]
-        rate = self.rate(request_id)
-        return [rate**depth for depth in draft.node_depths()]
+        """Each node's estimated chance of being accepted (module docstring), never above its
+        parent's (a node is accepted only after its parent)."""
+        if draft.scores is None:
+            rate = self.rate(request_id)
+            return [rate**depth for depth in draft.node_depths()]
+        factor = self.score_factor(request_id)
+        chances = [min(max(score, 0.0) * factor, 1.0) for score in draft.scores]
+        for node, parent in enumerate(draft.parents):
+            if parent != ROOT and chances[node] > chances[parent]:
+                chances[node] = chances[parent]
+        return chances
 
     def plan(self, drafts: Sequence[tuple[str, DraftTree, int]], batch: int) -> list[DraftTree | None]:
         """This step's drafts (request id, draft, most nodes allowed) cut to the nodes worth verifying
@@ -227,27 +232,6 @@ class DraftController:
         for candidate in forced + choose_nodes(candidates, batch + len(forced), self.costs, self.margin):
             kept[candidate.owner].append(candidate.node)
         return [_subtree(draft, sorted(nodes)) for (_, draft, _), nodes in zip(drafts, kept, strict=True)]
-
-    def trim(self, draft: DraftTree, request_id: str, threshold: float, limit: int) -> DraftTree | None:
-        """The first ``limit`` nodes of ``draft`` whose estimated acceptance beats ``threshold``
-        (a node whose parent is dropped is dropped too). An unscored draft keeps its first node."""
-        scores = draft.scores
-        if scores is not None:
-            self.scored = True
-        rate = self.rate(request_id) if self.adaptive else 1.0
-        factor = self.score_factor(request_id)
-        depths = draft.node_depths()
-        kept: dict[int, int] = {}
-        for i, parent in enumerate(draft.parents):
-            if len(kept) >= limit or (parent != ROOT and parent not in kept):
-                continue
-            if self.adaptive and scores is not None:
-                if min(max(scores[i], 0.0) * factor, 1.0) < threshold:
-                    continue
-            elif self.adaptive and rate ** depths[i] < threshold and kept:
-                continue
-            kept[i] = len(kept)
-        return _subtree(draft, list(kept))
 
     def verified(self, request_id: str, accepted: int, depth: int, expected: float | None = None) -> None:
         """Update the request's acceptance counts: ``accepted`` of a draft ``depth`` deep, whose
@@ -420,6 +404,8 @@ class SpeculativeDecoder:
             self._drop(f"returned a {type(draft).__name__} instead of a DraftTree or None")
         elif len(draft) > max_tokens:
             self._drop(f"returned {len(draft)} draft tokens when asked for at most {max_tokens}")
+        elif not all(ROOT <= parent < node for node, parent in enumerate(draft.parents)):
+            self._drop(f"returned a draft whose parents {list(draft.parents)} are not earlier nodes or -1")
         elif not self.spec.tree and not draft.is_chain():
             self._drop("returned a tree but its spec says tree=False")
         elif any(t >= self.vocab_size for t in draft.token_ids):

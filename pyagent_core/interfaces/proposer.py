@@ -15,8 +15,14 @@ from typing import Any
 
 import attrs
 
+from pyagent_core.options import OptionSpec
+
 ROOT = -1
 """Parent index of draft nodes that directly follow the request's last token."""
+
+KERNEL_BACKEND_OPTION = OptionSpec(type=str, default="auto", choices=("auto", "c", "python"),
+                                   help="matching implementation: C kernel, Python fallback, or auto")
+"""The ``backend`` option of proposers that draft with pyagent-kernels (``ngram``, ``suffix``)."""
 
 
 def _ints(values: Iterable[int]) -> tuple[int, ...]:
@@ -65,6 +71,22 @@ class DraftTree:
             raise ValueError(f"draft token ids must be non-negative, got {negative}")
 
     @classmethod
+    def trusted(cls, token_ids: tuple[int, ...], parents: tuple[int, ...],
+                scores: tuple[float, ...] | None = None) -> DraftTree:
+        """The draft tree of already valid fields, taken as they are: no conversion, no checks.
+
+        For proposers whose drafting guarantees what the constructor checks (tuples of equal
+        lengths, at least one node, ``ROOT <= parents[i] < i``, non-negative token ids) and that
+        build a draft every step, where the checks would cost more than the drafting. The engine
+        still checks each draft's size, shape and vocabulary. Anything else: call the class.
+        """
+        tree = _new(cls)
+        _set_token_ids(tree, token_ids)
+        _set_parents(tree, parents)
+        _set_scores(tree, scores)
+        return tree
+
+    @classmethod
     def chain(cls, token_ids: Sequence[int], scores: Sequence[float] | None = None) -> DraftTree:
         """The linear draft ``token_ids[0] -> token_ids[1] -> ...``."""
         return cls(token_ids, range(ROOT, len(token_ids) - 1), scores)
@@ -101,6 +123,12 @@ class DraftTree:
     def children(self, node: int = ROOT) -> tuple[int, ...]:
         """Indices of the nodes whose parent is ``node`` (default: the root)."""
         return tuple(i for i, parent in enumerate(self.parents) if parent == node)
+
+
+# DraftTree.trusted: the slots' own setters, which a frozen class's __setattr__ does not guard
+_new = object.__new__
+_set_token_ids, _set_parents, _set_scores = (DraftTree.__dict__[name].__set__ for name in ("token_ids", "parents",
+                                                                                           "scores"))
 
 
 @attrs.frozen

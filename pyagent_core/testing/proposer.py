@@ -56,6 +56,11 @@ class ProposerConformance(BackendConformance):
                 continue
             label = f"draft for {request.request_id} (max_tokens={max_tokens})"
             assert isinstance(draft, DraftTree), f"{label} is {type(draft).__name__}, not DraftTree or None"
+            try:  # a DraftTree.trusted draft skipped these checks
+                checked = DraftTree(draft.token_ids, draft.parents, draft.scores)
+            except ValueError as error:
+                raise AssertionError(f"{label} is not a valid draft tree: {error}") from None
+            assert checked == draft, f"{label} does not hold tuples of ints (and floats) as DraftTree(...) would"
             assert len(draft) <= max_tokens, f"{label} has {len(draft)} nodes"
             assert self.spec.tree or draft.is_chain(), f"{label} is a tree but the spec says tree=False"
             outside = [t for t in draft.token_ids if not 0 <= t < self.vocab_size]

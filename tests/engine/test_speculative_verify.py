@@ -98,17 +98,20 @@ def test_tree_mask_lets_nodes_see_their_ancestors_only() -> None:
     assert tree_mask([Chunk(DraftTree.chain([1, 2]), 3)], 3) is None
 
 
-def test_controller_trims_by_acceptance_and_keeps_parents() -> None:
+def test_controller_budgets_by_acceptance_and_plans_whole_paths() -> None:
     controller = DraftController(8)
     for _ in range(20):
         controller.verified("bad", 0, 4)
         controller.verified("good", 4, 4)
     threshold = 0.2
     assert controller.budget("good", threshold) > controller.budget("bad", threshold) == 0
-    draft = DraftTree([1, 2, 3, 4], [-1, 0, -1, 2], [1.0, 0.9, 0.01, 0.9])
-    trimmed = controller.trim(draft, "good", threshold, 8)
-    assert trimmed is not None and trimmed.token_ids == (1, 2)  # node 2 scores too low; node 3 loses its parent
     assert DraftController(8, adaptive=False).budget("bad", 0.99) == 8
+    # node 3 scores above its parent 2: it counts as no more likely than node 2, so a plan that
+    # drops node 2 drops it too (and never keeps a node without its parent)
+    draft = DraftTree([1, 2, 3, 4], [-1, 0, -1, 2], [1.0, 0.9, 0.01, 0.9])
+    assert controller.probabilities("good", draft)[3] == controller.probabilities("good", draft)[2]
+    (planned,) = controller.plan([("good", draft, 8)], batch=1)
+    assert planned is not None and planned.token_ids == (1, 2)
 
 
 def test_non_positive_draft_length_is_an_error() -> None:
@@ -133,6 +136,7 @@ class Misbehaving(Proposer):
     (DraftTree.chain([1] * 9), "at most"),
     (DraftTree([1, 2], [-1, -1]), "tree=False"),
     ("tokens", "instead of a DraftTree"),
+    (DraftTree.trusted((1, 2), (-1, 1)), "not earlier nodes"),  # trusted skips the constructor's checks
 ])
 def test_bad_drafts_are_dropped_with_a_warning(draft: object, message: str) -> None:
     decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram", num_draft_tokens=8,

@@ -19,20 +19,21 @@
  * the same index as text and pattern looks for earlier occurrences of its own end. Negative ids never
  * match anything.
  *
- * Drafting (pak_propose_drafts), per request i of a batch: append new_counts[i] tokens (taken in
- * order from new_tokens) to histories[i]; if the history holds a draft from its previous call,
- * walk it with the appended tokens to calibrate (below); match the history against itself and,
- * when `store` is not NULL and not empty, against the store (the longer match wins, the history on
- * a tie); count the continuations text[e .. e + budget - 1] of the winning hits (cut at a negative
- * id or the text's end), most recent hit first, into a trie whose nodes are numbered in insertion
- * order; then choose the draft: with `tree`, the `budget` nodes of highest score (ties: the
- * shallower, then the lower number), kept in number order; without, the chain that follows the
- * child reached by the most continuations (ties: the lower number) from the root. A node reached by
- * fewer than min_prob x (number of hits) continuations is never drafted. budget = min(limits[i],
- * max_nodes), and with `cap_by_match` also at most ceil(spec_factor x match length). Node j of
- * request i is written at index i * max_nodes + j of tokens / parents (-1: child of the root, else
- * the parent's index in the draft) / scores; counts[i] is the number of nodes (0: no draft) and
- * match_lens[i] the match length used. The draft is remembered by the history.
+ * Drafting (pak_propose_draft), for one request: append new_count tokens (new_tokens) to its
+ * history; if the history holds a draft from its previous call, walk it with the appended tokens to
+ * calibrate (below); match the history against itself and, when `store` is not NULL and not empty,
+ * against the store (the longer match wins, the history on a tie); count the continuations
+ * text[e .. e + budget - 1] of the winning hits (cut at a negative id or the text's end), most
+ * recent hit first, into a trie whose nodes are numbered in insertion order; then choose the draft:
+ * with `tree`, the `budget` nodes of highest score (ties: the shallower, then the lower number),
+ * kept in number order; without, the chain that follows the child reached by the most
+ * continuations (ties: the lower number) from the root. A node reached by fewer than min_prob x
+ * (number of hits) continuations is never drafted. budget = limit, and with `cap_by_match` at most
+ * ceil(spec_factor x match length). Node j is written at index j of tokens / parents (-1: child of
+ * the root, else the parent's index in the draft) / scores, which hold at least `limit` entries;
+ * the return value is the number of nodes (0: no draft, always when limit <= 0). The draft is
+ * remembered by the history. `scratch` (from pak_draft_scratch_new) is working memory reused
+ * across calls: one caller at a time.
  *
  * Scores estimate the probability that the target accepts the node. A node at depth d continuing a
  * match of length m extends it to m + d - 1 tokens; its bucket b is that length's (1..8 -> 0..7,
@@ -48,7 +49,8 @@
  * pointers with non-zero sizes, negative sizes, min_len < 1, max_len < min_len, max_hits < 1, an
  * append to a store or a sequence added to a history; PAK_EPARAM for min_prob outside [0, 1], a
  * negative spec_factor or a calibration bucket with tried <= 0 or accepted < 0; PAK_ENOMEM when
- * memory runs out (an index keeps its previous contents; drafting stops at that request).
+ * memory runs out (an index keeps its previous contents; when drafting itself runs out, the
+ * tokens were appended).
  */
 #ifndef PYAGENT_SPEC_DECODE_H
 #define PYAGENT_SPEC_DECODE_H
@@ -95,11 +97,16 @@ int64_t pak_token_index_read(const pak_token_index *index, int64_t start, int64_
 int64_t pak_token_index_match(const pak_token_index *text, const pak_token_index *pattern, int64_t min_len,
                               int64_t max_len, int64_t max_hits, int64_t *hits, int64_t *match_len);
 
-int64_t pak_propose_drafts(pak_token_index *const *histories, const int32_t *new_tokens,
-                           const int64_t *new_counts, int64_t batch, const pak_token_index *store,
-                           const pak_draft_params *params, pak_draft_calibration *calibration,
-                           const int64_t *limits, int64_t max_nodes,
-                           int32_t *tokens, int32_t *parents, double *scores, int64_t *counts,
-                           int64_t *match_lens);
+/* Working memory of pak_propose_draft, grown on demand and kept for the next call. */
+typedef struct pak_draft_scratch pak_draft_scratch;
+
+/* A new empty scratch (NULL when out of memory). */
+pak_draft_scratch *pak_draft_scratch_new(void);
+void pak_draft_scratch_free(pak_draft_scratch *scratch);
+
+int64_t pak_propose_draft(pak_token_index *history, const int32_t *new_tokens, int64_t new_count,
+                          const pak_token_index *store, const pak_draft_params *params,
+                          pak_draft_calibration *calibration, int64_t limit, pak_draft_scratch *scratch,
+                          int32_t *tokens, int32_t *parents, double *scores);
 
 #endif

@@ -1,9 +1,11 @@
-/* Drafts for a batch of requests from their histories and a store (pyagent/spec_decode.h).
+/* A request's draft from its history and a store (pyagent/spec_decode.h).
  *
- * Per request: append the new tokens, calibrate with the request's previous draft, match, count the
- * winning hits' continuations into a small trie (nodes numbered in insertion order, hits newest
- * first), score its nodes and choose the draft. The trie has at most max_hits x budget nodes;
- * children are kept in a sibling list, which is short (one child per distinct continuation token).
+ * Append the request's new tokens, calibrate with its previous draft, match, count the winning
+ * hits' continuations into a small trie (nodes numbered in insertion order, hits newest first),
+ * score its nodes and choose the draft. The trie has at most max_hits x budget nodes; children are
+ * kept in a sibling list, which is short (one child per distinct continuation token). The hits, the
+ * trie and the ranking live in a scratch that grows to the largest draft asked for and is reused,
+ * so a call allocates nothing once warm.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -167,8 +169,8 @@ static void calibrate(pak_token_index *history, pak_draft_calibration *calibrati
     history->draft_size = 0;
 }
 
-/* Write the chosen nodes (number order, closed under parents) as request i's draft and remember it
- * in the history; returns the node count, or PAK_ENOMEM. */
+/* Write the chosen nodes (number order, closed under parents) as the draft and remember it in the
+ * history; returns the node count, or PAK_ENOMEM. */
 static int64_t emit(const trie *t, const int32_t *chosen, int64_t n, int32_t *where, pak_token_index *history,
                     int32_t *tokens, int32_t *parents, double *scores)
 {
@@ -206,16 +208,68 @@ static int64_t emit(const trie *t, const int32_t *chosen, int64_t n, int32_t *wh
     return n;
 }
 
-static int64_t check_arguments(pak_token_index *const *histories, const int32_t *new_tokens,
-                               const int64_t *new_counts, int64_t batch, const pak_draft_params *params,
-                               const pak_draft_calibration *calibration, const int64_t *limits, int64_t max_nodes,
-                               const int32_t *tokens, const int32_t *parents, const double *scores,
-                               const int64_t *counts, const int64_t *match_lens)
+struct pak_draft_scratch {
+    int64_t *hits;        /* the history's hits, then the store's (2 x hit_room) */
+    int64_t hit_room;
+    trie t;
+    int32_t *order, *where;
+    int64_t node_room;
+};
+
+pak_draft_scratch *pak_draft_scratch_new(void)
 {
-    if (batch < 0 || max_nodes < 0 || params == NULL || calibration == NULL
-        || (batch > 0 && (histories == NULL || new_counts == NULL || limits == NULL || counts == NULL
-                          || match_lens == NULL || (max_nodes > 0 && (tokens == NULL || parents == NULL
-                                                                      || scores == NULL)))))
+    pak_draft_scratch *scratch = calloc(1, sizeof *scratch);
+    if (scratch != NULL)
+        scratch->t.root_child = -1;
+    return scratch;
+}
+
+void pak_draft_scratch_free(pak_draft_scratch *scratch)
+{
+    if (scratch == NULL)
+        return;
+    free(scratch->hits);
+    free(scratch->t.nodes);
+    free(scratch->order);
+    free(scratch->where);
+    free(scratch);
+}
+
+/* Room for 2 x hit_room hits and node_room trie nodes; PAK_OK or PAK_ENOMEM (keeping the old room). */
+static int64_t scratch_reserve(pak_draft_scratch *scratch, int64_t hit_room, int64_t node_room)
+{
+    if (hit_room > scratch->hit_room) {
+        int64_t *hits = realloc(scratch->hits, (size_t)(2 * hit_room) * sizeof *hits);
+        if (hits == NULL)
+            return PAK_ENOMEM;
+        scratch->hits = hits;
+        scratch->hit_room = hit_room;
+    }
+    if (node_room > scratch->node_room) {
+        trie_node *nodes = realloc(scratch->t.nodes, (size_t)node_room * sizeof *nodes);
+        if (nodes != NULL)
+            scratch->t.nodes = nodes;
+        int32_t *order = realloc(scratch->order, (size_t)node_room * sizeof *order);
+        if (order != NULL)
+            scratch->order = order;
+        int32_t *where = realloc(scratch->where, (size_t)node_room * sizeof *where);
+        if (where != NULL)
+            scratch->where = where;
+        if (nodes == NULL || order == NULL || where == NULL)
+            return PAK_ENOMEM;
+        scratch->node_room = node_room;
+    }
+    return PAK_OK;
+}
+
+static int64_t check_arguments(const pak_token_index *history, const int32_t *new_tokens, int64_t new_count,
+                               const pak_draft_params *params, const pak_draft_calibration *calibration,
+                               int64_t limit, const pak_draft_scratch *scratch, const int32_t *tokens,
+                               const int32_t *parents, const double *scores)
+{
+    if (history == NULL || history->capacity != 0 || new_count < 0 || (new_count > 0 && new_tokens == NULL)
+        || params == NULL || calibration == NULL || scratch == NULL
+        || (limit > 0 && (tokens == NULL || parents == NULL || scores == NULL)))
         return PAK_EINVAL;
     if (params->min_len < 1 || params->max_len < params->min_len || params->max_hits < 1)
         return PAK_EINVAL;
@@ -224,86 +278,53 @@ static int64_t check_arguments(pak_token_index *const *histories, const int32_t 
     for (int b = 0; b < PAK_DRAFT_BUCKETS; ++b)
         if (!(calibration->tried[b] > 0.0) || !(calibration->accepted[b] >= 0.0))
             return PAK_EPARAM;
-    int64_t total = 0;
-    for (int64_t i = 0; i < batch; ++i) {
-        if (histories[i] == NULL || histories[i]->capacity != 0 || new_counts[i] < 0)
-            return PAK_EINVAL;
-        total += new_counts[i];
-    }
-    return total > 0 && new_tokens == NULL ? PAK_EINVAL : PAK_OK;
+    return PAK_OK;
 }
 
-int64_t pak_propose_drafts(pak_token_index *const *histories, const int32_t *new_tokens,
-                           const int64_t *new_counts, int64_t batch, const pak_token_index *store,
-                           const pak_draft_params *params, pak_draft_calibration *calibration,
-                           const int64_t *limits, int64_t max_nodes,
-                           int32_t *tokens, int32_t *parents, double *scores, int64_t *counts,
-                           int64_t *match_lens)
+int64_t pak_propose_draft(pak_token_index *history, const int32_t *new_tokens, int64_t new_count,
+                          const pak_token_index *store, const pak_draft_params *params,
+                          pak_draft_calibration *calibration, int64_t limit, pak_draft_scratch *scratch,
+                          int32_t *tokens, int32_t *parents, double *scores)
 {
-    int64_t rc = check_arguments(histories, new_tokens, new_counts, batch, params, calibration, limits, max_nodes,
-                                 tokens, parents, scores, counts, match_lens);
+    int64_t rc = check_arguments(history, new_tokens, new_count, params, calibration, limit, scratch, tokens,
+                                 parents, scores);
     if (rc != PAK_OK)
         return rc;
+    if (new_count > 0 && (rc = pak_ti_append(history, new_tokens, new_count)) != PAK_OK)
+        return rc;
+    calibrate(history, calibration);
+    if (limit <= 0)
+        return 0;
     const int64_t hit_room = params->max_hits;
-    const int64_t node_room = hit_room * (max_nodes > 0 ? max_nodes : 1);
-    int64_t *hits = malloc((size_t)(2 * hit_room) * sizeof *hits);
-    trie t = {malloc((size_t)node_room * sizeof *t.nodes), 0, -1};
-    int32_t *order = malloc((size_t)node_room * sizeof *order);
-    int32_t *where = malloc((size_t)node_room * sizeof *where);
-    if (hits == NULL || t.nodes == NULL || order == NULL || where == NULL)
-        rc = PAK_ENOMEM;
-    int64_t offset = 0;
-    for (int64_t i = 0; i < batch && rc == PAK_OK; ++i) {
-        pak_token_index *history = histories[i];
-        if (new_counts[i] > 0)
-            rc = pak_ti_append(history, new_tokens + offset, new_counts[i]);
-        offset += new_counts[i];
-        counts[i] = 0;
-        match_lens[i] = 0;
-        if (rc != PAK_OK)
-            break;
-        calibrate(history, calibration);
-        int64_t limit = limits[i] < max_nodes ? limits[i] : max_nodes;
-        if (limit <= 0)
-            continue;
-        int64_t length;
-        int64_t found = pak_ti_match(history, history, params->min_len, params->max_len, params->max_hits, hits,
-                                     &length);
-        const pak_token_index *text = history;
-        const int64_t *used = hits;
-        if (store != NULL && store->end > store->start) {
-            int64_t store_length;
-            const int64_t store_found = pak_ti_match(store, history, params->min_len, params->max_len,
-                                                     params->max_hits, hits + hit_room, &store_length);
-            if (store_length > length) {
-                found = store_found, length = store_length, text = store, used = hits + hit_room;
-            }
+    if ((rc = scratch_reserve(scratch, hit_room, hit_room * limit)) != PAK_OK)
+        return rc;
+    int64_t *hits = scratch->hits;
+    int64_t length;
+    int64_t found = pak_ti_match(history, history, params->min_len, params->max_len, params->max_hits, hits, &length);
+    const pak_token_index *text = history;
+    const int64_t *used = hits;
+    if (store != NULL && store->end > store->start) {
+        int64_t store_length;
+        const int64_t store_found = pak_ti_match(store, history, params->min_len, params->max_len, params->max_hits,
+                                                 hits + hit_room, &store_length);
+        if (store_length > length) {
+            found = store_found, length = store_length, text = store, used = hits + hit_room;
         }
-        if (found == 0)
-            continue;
-        if (params->cap_by_match) {
-            const double cap = ceil(params->spec_factor * (double)length);
-            if (cap < (double)limit)
-                limit = (int64_t)cap;
-        }
-        if (limit <= 0)
-            continue;
-        trie_fill(&t, text, used, found, limit);
-        trie_score(&t, found, length, calibration);
-        const double threshold = params->min_prob * (double)found;
-        const int64_t n = params->tree ? best_tree(&t, limit, threshold, order) : best_chain(&t, limit, threshold, order);
-        const int64_t at = i * max_nodes;
-        const int64_t written = emit(&t, order, n, where, history, tokens + at, parents + at, scores + at);
-        if (written < 0) {
-            rc = written;
-            break;
-        }
-        counts[i] = written;
-        match_lens[i] = length;
     }
-    free(hits);
-    free(t.nodes);
-    free(order);
-    free(where);
-    return rc;
+    if (found == 0)
+        return 0;
+    if (params->cap_by_match) {
+        const double cap = ceil(params->spec_factor * (double)length);
+        if (cap < (double)limit)
+            limit = (int64_t)cap;
+    }
+    if (limit <= 0)
+        return 0;
+    trie *t = &scratch->t;
+    trie_fill(t, text, used, found, limit);
+    trie_score(t, found, length, calibration);
+    const double threshold = params->min_prob * (double)found;
+    const int64_t n = params->tree ? best_tree(t, limit, threshold, scratch->order)
+                                   : best_chain(t, limit, threshold, scratch->order);
+    return emit(t, scratch->order, n, scratch->where, history, tokens, parents, scores);
 }

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 SEPARATOR = -1
 """Ends every sequence of a store; never matches, so no match or continuation spans two sequences."""
@@ -53,13 +53,16 @@ class DraftParams(NamedTuple):
 
 
 class Draft(NamedTuple):
-    """One request's draft: node tokens, parents (-1: the root), scores (fraction of the counted
-    continuations passing through the node) and the length of the match it continues."""
+    """One request's draft: node tokens, parents (-1: the root) and scores (the estimated
+    probability that the target accepts the node)."""
 
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     scores: tuple[float, ...]
-    match_len: int
+
+
+MakeDraft = Callable[[tuple[int, ...], tuple[int, ...], tuple[float, ...]], Any]
+"""What a drafter builds each draft with, from its tokens, parents and scores (default :class:`Draft`)."""
 
 
 class PyTokenIndex:
@@ -197,7 +200,7 @@ def calibrate_py(history: PyTokenIndex, calibration: Calibration) -> None:
 
 
 def draft_py(text: Sequence[int], hits: Sequence[int], budget: int, params: DraftParams, match_len: int,
-             calibration: Calibration, history: PyTokenIndex) -> Draft | None:
+             calibration: Calibration, history: PyTokenIndex, make: MakeDraft) -> Any:
     """The draft from the continuations of ``hits`` in ``text``, remembered by ``history``
     (``None`` when no node qualifies)."""
     trie = _Trie(text, hits, budget)
@@ -211,23 +214,17 @@ def draft_py(text: Sequence[int], hits: Sequence[int], budget: int, params: Draf
     history.draft_at = len(history.tokens)
     if not nodes:
         return None
-    return Draft(tuple(trie.tokens[n] for n in nodes), parents, tuple(trie.scores[n] for n in nodes), match_len)
+    return make(tuple(trie.tokens[n] for n in nodes), parents, tuple(trie.scores[n] for n in nodes))
 
 
-def propose_py(histories: Sequence[PyTokenIndex], new_tokens: Sequence[Sequence[int]], limits: Sequence[int],
-               params: DraftParams, store: PyTokenIndex | None, calibration: Calibration) -> list[Draft | None]:
-    """Append each request's new tokens, calibrate, then draft; see
-    :meth:`pyagent_kernels.spec_decode.Drafter.propose`."""
-    drafts: list[Draft | None] = []
-    for history, tokens, limit in zip(histories, new_tokens, limits, strict=True):
-        history.extend(tokens)
-        calibrate_py(history, calibration)
-        drafts.append(_propose_one(history, limit, params, store, calibration) if limit > 0 else None)
-    return drafts
-
-
-def _propose_one(history: PyTokenIndex, limit: int, params: DraftParams, store: PyTokenIndex | None,
-                 calibration: Calibration) -> Draft | None:
+def propose_py(history: PyTokenIndex, tokens: Sequence[int], limit: int, params: DraftParams,
+               store: PyTokenIndex | None, calibration: Calibration, make: MakeDraft) -> Any:
+    """Append a request's new tokens, calibrate, then draft at most ``limit`` nodes (``None``: no
+    draft); see :meth:`pyagent_kernels.spec_decode.Drafter.propose`."""
+    history.extend(tokens)
+    calibrate_py(history, calibration)
+    if limit <= 0:
+        return None
     text = history.tokens
     length, hits = match_py(text, text, params.min_len, params.max_len, params.max_hits)
     if store is not None and len(store):
@@ -239,4 +236,4 @@ def _propose_one(history: PyTokenIndex, limit: int, params: DraftParams, store: 
     budget = min(limit, math.ceil(params.spec_factor * length)) if params.cap_by_match else limit
     if budget <= 0:
         return None
-    return draft_py(text, hits, budget, params, length, calibration, history)
+    return draft_py(text, hits, budget, params, length, calibration, history, make)

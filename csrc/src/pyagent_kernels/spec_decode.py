@@ -4,8 +4,10 @@ A :class:`TokenIndex` holds a request's history (prompt then output, appended to
 bounded store of earlier sequences (oldest evicted first). In C, every position links to the
 previous position of the same token, so appending costs O(1) and looking for earlier occurrences of
 a context's end visits only the occurrences of its last token. A :class:`Drafter` keeps a
-proposer's histories and store, appends a batch's new tokens and builds every request's draft in
-one C call; :func:`suffix_match` is the stateless match. The semantics are in
+proposer's histories and store and, per request, appends its new tokens and builds its draft in
+one C call that allocates nothing once warm, the draft coming back as the caller's own object
+(``make_draft``: the proposers build their ``DraftTree`` directly); :func:`suffix_match` is the
+stateless match. The semantics are in
 ``pyagent/spec_decode.h``; the pure-Python fallback (``backend="python"``) gives identical results.
 Imports neither torch nor numpy.
 """
@@ -23,14 +25,15 @@ from pyagent_kernels._spec_decode_py import (
     Calibration,
     Draft,
     DraftParams,
+    MakeDraft,
     PyTokenIndex,
     match_py,
     propose_py,
 )
 from pyagent_kernels.errors import KernelArgumentError
 
-__all__ = ["PRIOR_RATES", "Draft", "DraftParams", "Drafter", "RequestTokens", "TokenIndex", "draft_params",
-           "suffix_match"]
+__all__ = ["PRIOR_RATES", "Draft", "DraftParams", "Drafter", "MakeDraft", "RequestTokens", "TokenIndex",
+           "draft_params", "suffix_match"]
 
 PRIOR_RATES = (0.35, 0.49, 0.65, 0.72, 0.75, 0.78, 0.82, 0.85, 0.87, 0.88, 0.9, 0.93, 0.95, 0.96, 0.97, 0.97)
 """Prior chance that a drafted token is accepted when its parent was, per bucket of the match
@@ -236,14 +239,16 @@ class RequestTokens(Protocol):
 
 
 class _History:
-    """A request's index, its prompt length, and how many of its tokens the index holds."""
+    """A request's index (and its C handle or Python state), its prompt length, and how many of its
+    output tokens the index holds after the whole prompt."""
 
-    __slots__ = ("held", "index", "prompt_length")
+    __slots__ = ("handle", "index", "prompt_length", "taken")
 
     def __init__(self, index: TokenIndex, prompt_length: int) -> None:
         self.index = index
+        self.handle: Any = index._py if index._c is None else index._c
         self.prompt_length = prompt_length
-        self.held = 0
+        self.taken = 0
 
 
 class Drafter:
@@ -263,13 +268,16 @@ class Drafter:
         backend: "auto" (C if built, else Python with a one-time warning), "c" or "python".
         prior_rates: each bucket's prior acceptance rate (default :data:`PRIOR_RATES`).
         prior_weight: how many observations the prior is worth per bucket.
+        make_draft: builds each draft from its tokens, parents and scores (tuples that already
+            satisfy a draft tree's rules); default :class:`Draft`.
 
     Raises:
         KernelArgumentError: a negative store capacity, a bad backend or bad priors.
     """
 
     def __init__(self, params: DraftParams, *, store_capacity: int = 0, backend: Backend = "auto",
-                 prior_rates: Sequence[float] = PRIOR_RATES, prior_weight: float = 4.0) -> None:
+                 prior_rates: Sequence[float] = PRIOR_RATES, prior_weight: float = 4.0,
+                 make_draft: MakeDraft = Draft) -> None:
         if len(prior_rates) != NUM_BUCKETS or not all(0.0 <= r <= 1.0 for r in prior_rates):
             raise KernelArgumentError(f"Drafter: prior_rates must be {NUM_BUCKETS} probabilities, got {prior_rates!r}")
         if not prior_weight > 0:
@@ -280,14 +288,27 @@ class Drafter:
         """Finished outputs (a :class:`TokenIndex` with a capacity), or ``None``."""
         self.calibration = Calibration([prior_weight * r for r in prior_rates], [float(prior_weight)] * NUM_BUCKETS)
         """Acceptance counts per bucket (the C path keeps its own copy: read :meth:`rates`)."""
+        self._make = make_draft
         self._histories: dict[str, _History] = {}
-        self._c: Any = None
+        self._c: tuple[Any, ...] | None = None
+        self._room = 0
         if TokenIndex(backend=backend).backend == "c":
             ffi, lib = _extension.require()
-            self._c = (ffi, lib, ffi.new("pak_draft_params *", params._asdict()), ffi.new(
-                "pak_draft_calibration *", {"accepted": self.calibration.accepted, "tried": self.calibration.tried}))
-        self._buffers: tuple[Any, ...] = ()
-        self._room = 0
+            scratch = lib.pak_draft_scratch_new()
+            if scratch == ffi.NULL:
+                raise MemoryError("Drafter: out of memory")
+            self._c = (lib.pak_propose_draft, ffi.NULL if self.store is None else self.store._c,
+                       ffi.new("pak_draft_params *", params._asdict()),
+                       ffi.new("pak_draft_calibration *", {"accepted": self.calibration.accepted,
+                                                           "tried": self.calibration.tried}),
+                       ffi.gc(scratch, lib.pak_draft_scratch_free), ffi.unpack)
+            self._grow(16)
+
+    def _grow(self, room: int) -> None:
+        """Output buffers for drafts of up to ``room`` nodes."""
+        ffi, _ = _extension.require()
+        self._room = room
+        self._out = (ffi.new("int32_t[]", room), ffi.new("int32_t[]", room), ffi.new("double[]", room))
 
     def rates(self) -> list[float]:
         """The current estimate of each bucket's acceptance rate (accepted / tried)."""
@@ -309,68 +330,58 @@ class Drafter:
         if entry is not None and self.store is not None:
             self.store.add_sequence(entry.index.tokens(entry.prompt_length))
 
-    def _pending(self, request: RequestTokens) -> tuple[_History, Sequence[int]]:
-        """The request's history and the tokens of its prompt and output it does not hold yet."""
-        entry = self._histories.get(request.request_id)
-        prompt, output = request.prompt_token_ids, request.output_token_ids
-        if entry is None or entry.held > len(prompt) + len(output):  # new, or its tokens shrank: start over
-            entry = self._histories[request.request_id] = _History(TokenIndex(backend=self.backend), len(prompt))
-        held = entry.held
-        return entry, (output[held - len(prompt):] if held >= len(prompt) else [*prompt[held:], *output])
-
-    def propose(self, requests: Sequence[RequestTokens], limit: int) -> list[Draft | None]:
+    def propose(self, requests: Sequence[RequestTokens], limit: int) -> list[Any]:
         """Bring every request's history up to date, then draft at most ``limit`` nodes for each.
 
+        A request seen for the first time, or whose output shrank, starts a new history.
+
         Returns:
-            One :class:`Draft` per request, or ``None`` where nothing matched or no node qualified.
+            One draft (built by ``make_draft``) per request, or ``None`` where nothing matched or
+            no node qualified.
 
         Raises:
             KernelArgumentError: a token does not fit int32.
         """
-        if self._c is None:
-            pending = [self._pending(r) for r in requests]
-            for entry, tokens in pending:
-                entry.held += len(tokens)
-            return propose_py([e.index._py for e, _ in pending], [t for _, t in pending],  # type: ignore[misc]
-                              [limit] * len(requests), self.params,
-                              None if self.store is None else self.store._py, self.calibration)
-        ffi, lib, c_params, c_calibration = self._c
-        batch = len(requests)
-        flat = array("i")
-        sizes, handles, entries = [], [], []
-        try:
-            for request in requests:
-                entry, tokens = self._pending(request)
-                flat.extend(tokens)
-                sizes.append(len(tokens))
-                handles.append(entry.index._c)
-                entries.append(entry)
-        except (TypeError, OverflowError) as exc:
-            raise KernelArgumentError(f"Drafter.propose: tokens must be int32 token ids ({exc})") from None
-        if not batch:
-            return []
-        max_nodes = max(limit, 1)
-        if batch * max_nodes > self._room:
-            self._room = batch * max_nodes
-            self._buffers = (ffi.new("int32_t[]", self._room), ffi.new("int32_t[]", self._room),
-                             ffi.new("double[]", self._room), ffi.new("int64_t[]", self._room),
-                             ffi.new("int64_t[]", self._room))
-        out_tokens, out_parents, out_scores, counts, match_lens = self._buffers
-        rc = lib.pak_propose_drafts(handles, ffi.from_buffer("int32_t[]", flat) if sizes else ffi.NULL, sizes, batch,
-                                    ffi.NULL if self.store is None else self.store._c, c_params, c_calibration,
-                                    [limit] * batch, max_nodes, out_tokens, out_parents, out_scores, counts,
-                                    match_lens)
-        if rc < 0:  # the appends before the failure happened: resynchronise
-            for entry in entries:
-                entry.held = len(entry.index)
-            _check(rc, "Drafter.propose")
-        for entry, size in zip(entries, sizes, strict=True):
-            entry.held += size
-        drafts: list[Draft | None] = [None] * batch
-        unpack = ffi.unpack
-        for i, n in enumerate(unpack(counts, batch)):
-            if n:
-                at = i * max_nodes
-                drafts[i] = Draft(tuple(unpack(out_tokens + at, n)), tuple(unpack(out_parents + at, n)),
-                                  tuple(unpack(out_scores + at, n)), match_lens[i])
+        histories, make, c = self._histories, self._make, self._c
+        if c is not None:
+            if limit > self._room:
+                self._grow(limit)
+            propose_draft, store, c_params, c_calibration, scratch, unpack = c
+            tokens, parents, scores = self._out
+        drafts = []
+        for request in requests:
+            output = request.output_token_ids
+            size = len(output)
+            entry = histories.get(request.request_id)
+            if entry is None or entry.taken > size:
+                entry = histories[request.request_id] = _History(TokenIndex(backend=self.backend),
+                                                                 len(request.prompt_token_ids))
+                new = [*request.prompt_token_ids, *output]
+            else:
+                new = output[entry.taken:]
+            try:
+                if c is None:
+                    drafts.append(propose_py(entry.handle, array("i", new), limit, self.params,
+                                             None if self.store is None else self.store._py, self.calibration, make))
+                    entry.taken = size
+                    continue
+                count = propose_draft(entry.handle, new if type(new) is list else list(new), len(new), store,
+                                      c_params, c_calibration, limit, scratch, tokens, parents, scores)
+            except (TypeError, OverflowError) as exc:
+                self._resynchronise(request.request_id, entry)
+                raise KernelArgumentError(f"Drafter.propose: tokens must be int32 token ids ({exc})") from None
+            if count < 0:
+                self._resynchronise(request.request_id, entry)
+                _check(count, "Drafter.propose")
+            entry.taken = size
+            drafts.append(make(tuple(unpack(tokens, count)), tuple(unpack(parents, count)),
+                               tuple(unpack(scores, count))) if count else None)
         return drafts
+
+    def _resynchronise(self, request_id: str, entry: _History) -> None:
+        """After a failed call: count what the index holds (it may have taken the new tokens); a
+        request whose prompt is not all in starts over."""
+        held = len(entry.index) - entry.prompt_length
+        if held < 0:
+            del self._histories[request_id]
+        entry.taken = held

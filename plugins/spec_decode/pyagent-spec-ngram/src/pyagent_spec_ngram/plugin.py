@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+from pyagent_core.interfaces.proposer import KERNEL_BACKEND_OPTION
 
 SPEC = ProposerSpec(
     name="ngram",
@@ -24,8 +25,7 @@ SPEC = ProposerSpec(
         "max_n": OptionSpec(type=int, default=8, min=1, max=64, help="longest n-gram compared"),
         "max_tokens": OptionSpec(type=int, default=8, min=1, max=64,
                                  help="most draft tokens (the engine may ask for fewer)"),
-        "backend": OptionSpec(type=str, default="auto", choices=("auto", "c", "python"),
-                              help="matching implementation: C kernel, Python fallback, or auto"),
+        "backend": KERNEL_BACKEND_OPTION,
     },
     requires=("pyagent-kernels",),
     install_hint="pip install pyagent-spec-ngram",

@@ -26,15 +26,15 @@ class NgramProposer(Proposer):
         o = self.options
         if o["max_n"] < o["min_n"]:
             raise OptionError(f"ngram: max_n ({o['max_n']}) must be >= min_n ({o['min_n']})")
-        self.drafter = Drafter(draft_params(min_len=o["min_n"], max_len=o["max_n"], max_hits=1), backend=o["backend"])
+        self.drafter = Drafter(draft_params(min_len=o["min_n"], max_len=o["max_n"], max_hits=1), backend=o["backend"],
+                               make_draft=DraftTree.trusted)
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
         """One chain per request from its own history, or ``None`` when nothing matches."""
         limit = min(max_tokens, self.options["max_tokens"])
         if limit <= 0:
             return [None] * len(requests)
-        return [None if d is None else DraftTree(d.tokens, d.parents, d.scores)
-                for d in self.drafter.propose(requests, limit)]
+        return self.drafter.propose(requests, limit)
 
     def on_finished(self, request_id: str) -> None:
         """Drop the request's history."""

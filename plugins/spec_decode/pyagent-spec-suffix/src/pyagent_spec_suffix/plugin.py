@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+from pyagent_core.interfaces.proposer import KERNEL_BACKEND_OPTION
 
 SPEC = ProposerSpec(
     name="suffix",
@@ -37,8 +38,7 @@ SPEC = ProposerSpec(
         "tree": OptionSpec(type=bool, default=True, help="draft trees (False: the single best chain)"),
         "global_max_tokens": OptionSpec(type=int, default=4096, min=0, max=1 << 24,
                                         help="tokens of earlier outputs kept for matching (0: no global store)"),
-        "backend": OptionSpec(type=str, default="auto", choices=("auto", "c", "python"),
-                              help="matching implementation: C kernel, Python fallback, or auto"),
+        "backend": KERNEL_BACKEND_OPTION,
     },
     requires=("pyagent-kernels",),
     install_hint="pip install pyagent-spec-suffix",

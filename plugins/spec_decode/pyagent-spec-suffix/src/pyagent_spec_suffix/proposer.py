@@ -37,15 +37,15 @@ class SuffixProposer(Proposer):
         self.drafter = Drafter(draft_params(min_len=o["min_match"], max_len=o["max_depth"], max_hits=o["max_hits"],
                                             spec_factor=o["spec_factor"], min_prob=o["min_token_prob"],
                                             tree=o["tree"], cap_by_match=True),
-                               store_capacity=o["global_max_tokens"], backend=o["backend"])
+                               store_capacity=o["global_max_tokens"], backend=o["backend"],
+                               make_draft=DraftTree.trusted)
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
         """One draft per request, or ``None`` where neither source matches."""
         limit = min(max_tokens, self.options["max_tokens"])
         if limit <= 0:
             return [None] * len(requests)
-        return [None if d is None else DraftTree(d.tokens, d.parents, d.scores)
-                for d in self.drafter.propose(requests, limit)]
+        return self.drafter.propose(requests, limit)
 
     def on_finished(self, request_id: str) -> None:
         """Move the request's output into the global store and drop its history."""
