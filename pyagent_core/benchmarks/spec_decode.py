@@ -39,28 +39,9 @@ from typing import Any
 
 import attrs
 
+from pyagent_core.benchmarks.code_editing import CODE_EDITING
+
 SPECBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "specbench" / "question.jsonl"
-
-_CODE = (
-    "def average(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
-    "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop(0)\n",
-    "def find_max(numbers):\n    best = 0\n    for i in range(len(numbers)):\n        if numbers[i] > best:\n"
-    "            best = numbers[i]\n    return best\n",
-    "def read_config(path):\n    f = open(path)\n    lines = f.readlines()\n    config = {}\n    for line in lines:\n"
-    "        key, value = line.split('=')\n        config[key] = value\n    return config\n",
-)
-CODE_EDITING = tuple(
-    f"{task}\n\n```python\n{code}```"
-    for task, code in zip(
-        ("Rename the variables of this function to clearer names and return the whole function.",
-         "Fix the bug in this class (pop should remove the last item) and show the corrected code.",
-         "Fix this function so that it works for lists of negative numbers; output the full fixed code.",
-         "Rewrite this function to use a with statement and strip whitespace; give the complete code."),
-        _CODE, strict=True)
-)
-"""The code-editing workload: outputs copy most of their input."""
-
 
 @attrs.frozen(kw_only=True)
 class SpecBenchSettings:
