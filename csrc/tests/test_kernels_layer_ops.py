@@ -9,11 +9,20 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_kernels import KernelArgumentError
-from pyagent_kernels.layer_ops import add_rms_norm, rope_split, silu_mul
+from pyagent_kernels import Backend, KernelArgumentError, run_prepared
+from pyagent_kernels.layer_ops import (
+    add_rms_norm,
+    prepare_add_rms_norm,
+    prepare_rope_split,
+    prepare_silu_mul,
+    rope_split,
+    silu_mul,
+)
 
-needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="pyagent_kernels._C is not built")
+COMPILED = bool(pyagent_kernels.status()["compiled"])
+needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
 DTYPES = [torch.float32, torch.bfloat16]
+BACKENDS: list[Backend] = ["c", "torch"] if COMPILED else ["torch"]
 
 
 def rope_oracle(qkv: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, kv_heads: int, dim: int) -> np.ndarray:
@@ -93,6 +102,40 @@ def test_every_isa_variant_gives_the_same_bits(c_isa: str) -> None:
     assert torch.equal(ours_hidden, best_hidden) and torch.equal(silu_mul(gate_up), expected[1])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_calls_write_what_the_functions_return_on_every_run(backend: Backend, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(5)
+    tokens, heads, kv_heads, dim = 3, 4, 2, 8
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    hidden, weight, delta = randn(tokens, 40), randn(40), randn(tokens, 40)
+    qkv, cos, sin, gate_up = randn(tokens, (heads + 2 * kv_heads) * dim), randn(tokens, dim), randn(tokens, dim), \
+        randn(tokens, 2 * 20)
+    with_delta, without = torch.empty_like(hidden), torch.empty_like(hidden)
+    q, k, v = (torch.empty(tokens, n, dim, dtype=dtype) for n in (heads, kv_heads, kv_heads))
+    activated = torch.empty(tokens, 20, dtype=dtype)
+    ours_hidden, expected_hidden = hidden.clone(), hidden.clone()
+    calls = [
+        prepare_add_rms_norm(ours_hidden, weight, 1e-5, delta, with_delta, backend=backend),
+        prepare_add_rms_norm(ours_hidden, weight, 1e-5, None, without, backend=backend),
+        prepare_rope_split(qkv, cos, sin, heads, kv_heads, dim, (q, k, v), backend=backend),
+        prepare_silu_mul(gate_up, activated, backend=backend),
+    ]
+    for factor in (1.0, -2.0):  # each run reads the inputs as they are then
+        for tensor in (qkv, gate_up):
+            tensor.mul_(factor)
+        run_prepared(calls)
+        assert torch.equal(with_delta, add_rms_norm(expected_hidden, weight, 1e-5, delta, backend=backend))
+        assert torch.equal(ours_hidden, expected_hidden)
+        assert torch.equal(without, add_rms_norm(expected_hidden, weight, 1e-5, backend=backend))
+        expected = rope_split(qkv, cos, sin, heads, kv_heads, dim, backend=backend)
+        assert all(torch.equal(ours, theirs) for ours, theirs in zip((q, k, v), expected, strict=True))
+        assert torch.equal(activated, silu_mul(gate_up, backend=backend))
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: add_rms_norm(torch.zeros(2, 4), torch.zeros(3), 1e-5), r"weight \[4\]"),
     (lambda: add_rms_norm(torch.zeros(2, 4), torch.zeros(4), 1e-5, torch.zeros(2, 4, dtype=torch.bfloat16)),
@@ -102,6 +145,17 @@ def test_every_isa_variant_gives_the_same_bits(c_isa: str) -> None:
     (lambda: rope_split(torch.zeros(1, 12), torch.zeros(1, 3), torch.zeros(1, 3), 2, 1, 3), "dim even"),
     (lambda: rope_split(torch.zeros(1, 12), torch.zeros(1, 4), torch.zeros(1, 8)[:, ::2], 1, 1, 4), "contiguous"),
     (lambda: silu_mul(torch.zeros(2, 5)), r"2 \* inter"),
+    (lambda: prepare_silu_mul(torch.zeros(2, 8), torch.zeros(2, 3)), r"out must be \[2, 4\]"),
+    (lambda: prepare_add_rms_norm(torch.zeros(2, 4), torch.zeros(4), 1e-5, None, torch.zeros(4, 2).T),
+     "out must be a contiguous CPU tensor"),
+    (lambda: prepare_add_rms_norm(torch.zeros(2, 4), torch.zeros(4), 1e-5, None, torch.zeros(2, 4).bfloat16()),
+     "out has dtype torch.bfloat16"),
+    (lambda: prepare_rope_split(torch.zeros(1, 16), torch.zeros(1, 4), torch.zeros(1, 4), 2, 1, 4,
+                                (torch.zeros(1, 2, 4), torch.zeros(1, 1, 4), torch.zeros(1, 2, 4))),
+     r"v must be \[1, 1, 4\]"),
+    (lambda: prepare_silu_mul(torch.zeros(8, 2).T, torch.zeros(2, 4)), "gate_up must be a contiguous"),
+    (lambda: prepare_silu_mul(gate_up := torch.zeros(2, 8), gate_up.view(-1)[4:12].view(2, 4)),
+     "out shares memory with gate_up"),
 ])
 def test_bad_arguments_raise(call: object, message: str) -> None:
     with pytest.raises(KernelArgumentError, match=message):

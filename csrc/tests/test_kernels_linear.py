@@ -9,11 +9,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_kernels import KernelArgumentError
-from pyagent_kernels.linear import linear
+from pyagent_kernels import Backend, KernelArgumentError, run_prepared
+from pyagent_kernels.linear import linear, prepare_linear
 
 COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
+BACKENDS: list[Backend] = ["c", "torch"] if COMPILED else ["torch"]
 LANES = 16
 
 
@@ -112,3 +113,36 @@ def test_empty_rows_give_an_empty_result() -> None:
 def test_bad_arguments_raise(x: torch.Tensor, w: torch.Tensor, kwargs: dict, message: str) -> None:
     with pytest.raises(KernelArgumentError, match=message):
         linear(x, w, **kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("dtype", "out_dtype"), [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                                  (torch.bfloat16, torch.float32)])
+def test_a_prepared_product_writes_what_linear_returns_on_every_run(backend: Backend, dtype: torch.dtype,
+                                                                    out_dtype: torch.dtype) -> None:
+    x, w = _inputs(3, 9, 37, dtype, seed=4)
+    out = torch.full((3, 9), float("nan"), dtype=out_dtype)
+    call = prepare_linear(x, w, out, threads=2, backend=backend)
+    for factor in (1.0, -2.0):  # each run reads x as it is then
+        x.mul_(factor)
+        run_prepared([call])
+        assert torch.equal(out, linear(x, w, out_dtype=out_dtype, threads=2, backend=backend))
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    (torch.zeros(2, 5), r"out has shape \(2, 5\)"),
+    (torch.zeros(2, 4, dtype=torch.float16), "out has dtype torch.float16"),
+    (torch.zeros(4, 2).T, "out is not contiguous"),
+    (torch.zeros(2, 4, requires_grad=True), "out requires grad"),
+])
+def test_prepare_refuses_an_output_that_does_not_fit(out: torch.Tensor, message: str) -> None:
+    with pytest.raises(KernelArgumentError, match=message):
+        prepare_linear(torch.zeros(2, 3), torch.zeros(4, 3), out)
+
+
+def test_prepare_refuses_an_output_sharing_memory_with_an_input() -> None:
+    x, w = torch.zeros(2, 4), torch.zeros(4, 4)
+    with pytest.raises(KernelArgumentError, match="out shares memory with x"):
+        prepare_linear(x, w, x)
+    with pytest.raises(KernelArgumentError, match="out shares memory with weight"):
+        prepare_linear(x, w, w[1:3])

@@ -12,8 +12,8 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_kernels import KernelArgumentError
-from pyagent_kernels.linear import linear
+from pyagent_kernels import KernelArgumentError, run_prepared
+from pyagent_kernels.linear import linear, prepare_linear
 from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 
 needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="pyagent_kernels._C is not built")
@@ -113,6 +113,16 @@ def test_torch_fallback_uses_the_dequantized_matrix(dtype: torch.dtype) -> None:
     weight, reference = weight_and_reference("q4_0", 12, 64, seed=4)
     x = torch.randn(3, 64).to(dtype)
     assert torch.equal(linear(x, weight, backend="torch"), linear(x, reference.to(dtype), backend="torch"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_prepared_product_gives_the_bits_of_linear(fmt: str, dtype: torch.dtype) -> None:
+    weight, _ = weight_and_reference(fmt, 7, 64, seed=9)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(9)).to(dtype)
+    out = torch.empty(3, 7)
+    run_prepared([prepare_linear(x, weight, out, threads=1)])
+    assert torch.equal(out, linear(x, weight, out_dtype=torch.float32, threads=1))
 
 
 def test_cat_stacks_rows() -> None:

@@ -83,12 +83,9 @@ class ModelRunner:
             starts.append(starts[-1] + chunk.num_tokens)
             rows[id(request)] = range(starts[-1] - 1 - (0 if draft is None else len(draft)), starts[-1])
         width = max(len(c.request.block_ids) for c in chunks)
-        tables = torch.zeros((len(chunks), width), dtype=torch.int32)
-        for row, chunk in enumerate(chunks):
-            blocks = chunk.request.block_ids
-            tables[row, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        tables = [[*c.request.block_ids, *[0] * (width - len(c.request.block_ids))] for c in chunks]
         metadata = AttentionMetadata(
-            block_tables=tables,
+            block_tables=torch.tensor(tables, dtype=torch.int32),
             slot_mapping=torch.tensor(slots, dtype=torch.int64),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
             query_start_loc=torch.tensor(starts, dtype=torch.int32),

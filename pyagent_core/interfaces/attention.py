@@ -138,18 +138,26 @@ class AttentionBackend(ABC):
         """Raise ``ValueError`` if the arguments of :meth:`forward` do not fit each other.
 
         The metadata, shared by every layer of a step, is checked once: again only when another
-        metadata object arrives.
+        metadata object arrives. Arguments that fit cost a few attribute reads.
         """
-        if metadata is not getattr(self, "_checked_metadata", None):
+        checked = getattr(self, "_checked_metadata", None)
+        if checked is None or checked[0] is not metadata:
             metadata.check_shapes()
-            self._checked_metadata = metadata
-        t, h, d, kvh = metadata.num_tokens, self.num_heads, self.head_size, self.num_kv_heads
-        for name, tensor, shape in (("q", q, (t, h, d)), ("k", k, (t, kvh, d)), ("v", v, (t, kvh, d))):
+            t, d, kvh = metadata.num_tokens, self.head_size, self.num_kv_heads
+            checked = self._checked_metadata = (metadata, (t, self.num_heads, d), (t, kvh, d), (kvh, d))
+        _, q_shape, kv_shape, cache_heads = checked
+        dtype = kv_cache.dtype
+        if (q.shape == q_shape and k.shape == kv_shape and v.shape == kv_shape and q.dtype is dtype
+                and k.dtype is dtype and v.dtype is dtype and kv_cache.dim() == 5 and kv_cache.shape[0] == 2
+                and kv_cache.shape[3:] == cache_heads and kv_cache.is_contiguous()):
+            return
+        for name, tensor, shape in (("q", q, q_shape), ("k", k, kv_shape), ("v", v, kv_shape)):
             _expect(tuple(tensor.shape) == shape,
                     f"{name} must have shape {list(shape)} [num_tokens, heads, head_size], "
                     f"got {list(tensor.shape)}")
-            _expect(tensor.dtype == kv_cache.dtype,
-                    f"{name} has dtype {tensor.dtype} but kv_cache has {kv_cache.dtype}; use one dtype")
+            _expect(tensor.dtype == dtype,
+                    f"{name} has dtype {tensor.dtype} but kv_cache has {dtype}; use one dtype")
+        kvh, d = cache_heads
         cache_ok = kv_cache.dim() == 5 and kv_cache.shape[0] == 2 and tuple(kv_cache.shape[3:]) == (kvh, d)
         _expect(cache_ok, f"kv_cache must have shape [2, num_blocks, block_size, {kvh}, {d}], "
                 f"got {list(kv_cache.shape)}")

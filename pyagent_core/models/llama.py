@@ -5,31 +5,39 @@ through the :class:`~pyagent_core.interfaces.attention.AttentionBackend` (which 
 keys and values into the layer's cache), output projection and residual; RMSNorm, a fused
 gate/up projection, SwiGLU, down projection and residual. A final RMSNorm and the output head
 (tied to the embedding when the model says so) give float32 logits for the requested rows only.
-Every matrix product goes through :func:`pyagent_kernels.linear.linear`, whose rows do not depend
-on the other rows of the batch, so a sequence's tokens do not depend on its batch; the norms, RoPE
+Every matrix product is :mod:`pyagent_kernels.linear`'s kernel, whose rows do not depend on the
+other rows of the batch, so a sequence's tokens do not depend on its batch; the norms, RoPE
 and SwiGLU between them are one call each (:mod:`pyagent_kernels.layer_ops`). A weight may be
 a :class:`~pyagent_kernels.quantized.QuantizedWeight` (a GGUF file's blocks, decoded by the kernel
 into the values the dequantized matrix holds), which gives the same bits from fewer bytes.
 
 The batch is flat: ``num_tokens`` new tokens of any number of sequences, placed by the attention
-metadata, so prefill, chunked prefill and decode steps are the same call.
+metadata, so prefill, chunked prefill and decode steps are the same call. A step runs on activation
+buffers allocated once for it, with every kernel call between two attention calls checked once and
+then run as it is (:func:`pyagent_kernels.run_prepared`); small steps (decode, draft verification)
+keep theirs for the next step of the same size, so a decode step spends its time in the kernels.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 import attrs
 import torch
-import torch.nn.functional as F
-from pyagent_kernels.layer_ops import add_rms_norm, rope_split, silu_mul
-from pyagent_kernels.linear import linear
+from pyagent_kernels import run_prepared
+from pyagent_kernels.layer_ops import add_rms_norm, prepare_add_rms_norm, prepare_rope_split, prepare_silu_mul
+from pyagent_kernels.linear import linear, prepare_linear
 from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.models.checkpoint import Weight
 from pyagent_core.models.config import ModelConfig
+
+#: Steps of at most this many tokens reuse their model's buffers and prepared kernel calls; larger
+#: steps (prefill) spend more time in the kernels than the ~1 ms preparing theirs takes.
+REUSED_STEP_TOKENS = 64
 
 
 def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -114,6 +122,10 @@ class LlamaModel:
         device: where the weights live.
         quantized: keep :class:`QuantizedWeight` matrices in their blocks (on CPU; the same results
             from fewer bytes read); false dequantizes them to ``dtype`` here.
+
+    The kernel calls of :meth:`forward` hold the weights' memory: change a weight in place
+    (``copy_``) or replace a layer's :class:`LayerWeights` in :attr:`layers`, never a tensor's
+    storage (``.data =``, ``resize_``, ``set_``).
     """
 
     def __init__(
@@ -159,6 +171,9 @@ class LlamaModel:
             for i in range(config.num_layers)
         ]
         self.rope_cos, self.rope_sin = self._rope_tables()
+        self._step_lock = threading.Lock()
+        self._plans: dict[tuple[int, int], _StepPlan] = {}
+        self._workspace = _Workspace(config, dtype, self.device, REUSED_STEP_TOKENS)
 
     def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos`` and ``sin`` of every position's rotation angles, ``[max_positions, head_dim]``.
@@ -200,24 +215,121 @@ class LlamaModel:
 
         Returns:
             ``float32 [n, vocab_size]`` logits.
+
+        Steps of up to :data:`REUSED_STEP_TOKENS` tokens (decode, draft verification) run on buffers and
+        kernel calls this model keeps between steps (one step at a time: a call made while another
+        thread's step runs gets its own); larger ones prepare theirs for the step.
         """
-        cfg = self.config
-        tokens, heads, kv_heads, dim = input_ids.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        eps = cfg.rms_norm_eps
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        tokens = input_ids.shape[0]
+        if input_ids.dim() != 1 or positions.shape != (tokens,):
+            raise ValueError(
+                f"input_ids and positions must both be [num_tokens]; got {list(input_ids.shape)} and "
+                f"{list(positions.shape)}"
+            )
+        if threads is None:
+            threads = torch.get_num_threads()
+        if tokens <= REUSED_STEP_TOKENS and self._step_lock.acquire(blocking=False):
+            try:
+                plan = self._plans.get((tokens, threads))
+                if plan is None or plan.layers != self.layers:
+                    plan = self._plans[tokens, threads] = _StepPlan(self, self._workspace, tokens, threads)
+                return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
+            finally:
+                self._step_lock.release()
+        plan = _StepPlan(self, _Workspace(self.config, self.dtype, self.device, tokens), tokens, threads)
+        return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
+
+    def _run(
+        self,
+        plan: _StepPlan,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: Sequence[torch.Tensor],
+        metadata: AttentionMetadata,
+        attention: AttentionBackend,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`forward` on ``plan``'s buffers."""
+        hidden = plan.hidden
+        torch.index_select(self.rope_cos, 0, positions, out=plan.cos)
+        torch.index_select(self.rope_sin, 0, positions, out=plan.sin)
         if isinstance(self.embed_tokens, QuantizedWeight):
-            hidden = self.embed_tokens.rows(input_ids, self.dtype)
+            hidden.copy_(self.embed_tokens.rows(input_ids, self.dtype))
         else:
-            hidden = F.embedding(input_ids, self.embed_tokens)
-        delta: torch.Tensor | None = None  # the last layer's MLP output, added to the residual stream
-        for index, layer in enumerate(self.layers):
-            normed = add_rms_norm(hidden, layer.input_norm, eps, delta)
-            q, k, v = rope_split(linear(normed, layer.qkv, threads=threads), cos, sin, heads, kv_heads, dim)
+            torch.index_select(self.embed_tokens, 0, input_ids, out=hidden)
+        q, k, v, attended = plan.q, plan.k, plan.v, plan.attended
+        for index, (before, after) in enumerate(plan.calls):
+            run_prepared(before)
             out = attention.forward(q, k, v, kv_caches[index], metadata, index)
-            attended = linear(out.reshape(tokens, heads * dim), layer.o_proj, threads=threads)
-            normed = add_rms_norm(hidden, layer.post_norm, eps, attended)
-            delta = linear(silu_mul(linear(normed, layer.gate_up, threads=threads)), layer.down, threads=threads)
-        if delta is not None:
-            hidden += delta
-        last = add_rms_norm(hidden[logits_indices], self.norm, eps)
-        return linear(last, self.lm_head, out_dtype=torch.float32, threads=threads)
+            if out.shape != attended.shape or out.dtype != attended.dtype:
+                raise ValueError(
+                    f"attention backend {type(attention).__name__} returned {out.dtype} {list(out.shape)} at layer "
+                    f"{index}; forward must return [num_tokens, num_heads, head_size] like q: "
+                    f"{attended.dtype} {list(attended.shape)}"
+                )
+            attended.copy_(out)
+            run_prepared(after)
+        if plan.calls:
+            hidden += plan.delta
+        last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)
+        return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads)
+
+
+
+class _Workspace:
+    """The activation buffers of steps of up to ``rows`` tokens: ``[rows, width]`` per activation."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device, rows: int) -> None:
+        hidden, dim = config.hidden_size, config.head_dim
+        widths = {
+            "hidden": hidden, "normed": hidden, "qkv": (config.num_heads + 2 * config.num_kv_heads) * dim,
+            "q": config.num_heads * dim, "k": config.num_kv_heads * dim, "v": config.num_kv_heads * dim,
+            "attended": config.num_heads * dim, "projected": hidden, "gate_up": 2 * config.intermediate_size,
+            "activated": config.intermediate_size, "delta": hidden, "cos": dim, "sin": dim,
+        }
+        self.buffers = {name: torch.empty((rows, width), dtype=dtype, device=device) for name, width in widths.items()}
+
+    def take(self, name: str, tokens: int, *shape: int) -> torch.Tensor:
+        """The first ``tokens`` rows of buffer ``name``, viewed as ``[tokens, *shape]`` (default: 2-D)."""
+        rows = self.buffers[name][:tokens]
+        return rows.view(tokens, *shape) if shape else rows
+
+
+class _StepPlan:
+    """A step's buffers and every layer's kernel calls on them, checked once.
+
+    Per layer, ``calls[i]`` is ``(before, after)``: ``before`` adds the previous layer's MLP output
+    (``delta``) to ``hidden``, normalizes it and projects and rotates it into ``q``, ``k``, ``v``; the
+    attention output then goes into ``attended``; ``after`` projects it, adds it to ``hidden`` and runs
+    the MLP into ``delta``.
+    """
+
+    def __init__(self, model: LlamaModel, workspace: _Workspace, tokens: int, threads: int) -> None:
+        cfg = model.config
+        heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        take = workspace.take
+        self.layers = list(model.layers)
+        self.threads = threads
+        self.hidden, self.cos, self.sin, self.delta = (take(name, tokens) for name in ("hidden", "cos", "sin", "delta"))
+        self.q = take("q", tokens, heads, dim)
+        self.k, self.v = take("k", tokens, kv_heads, dim), take("v", tokens, kv_heads, dim)
+        self.attended = take("attended", tokens, heads, dim)
+        normed, qkv, projected = take("normed", tokens), take("qkv", tokens), take("projected", tokens)
+        gate_up, activated = take("gate_up", tokens), take("activated", tokens)
+        self.calls = [
+            (
+                (
+                    prepare_add_rms_norm(self.hidden, layer.input_norm, eps, self.delta if index else None, normed),
+                    prepare_linear(normed, layer.qkv, qkv, threads=threads),
+                    prepare_rope_split(qkv, self.cos, self.sin, heads, kv_heads, dim, (self.q, self.k, self.v)),
+                ),
+                (
+                    prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads),
+                    prepare_add_rms_norm(self.hidden, layer.post_norm, eps, projected, normed),
+                    prepare_linear(normed, layer.gate_up, gate_up, threads=threads),
+                    prepare_silu_mul(gate_up, activated),
+                    prepare_linear(activated, layer.down, self.delta, threads=threads),
+                ),
+            )
+            for index, layer in enumerate(self.layers)
+        ]

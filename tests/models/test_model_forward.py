@@ -11,9 +11,9 @@ from pyagent_kernels.quantized import QuantizedWeight
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.models.checkpoint import Checkpoint
-from pyagent_core.models.llama import LlamaModel, allocate_kv_caches
+from pyagent_core.models.llama import REUSED_STEP_TOKENS, LlamaModel, allocate_kv_caches
 
-from .conftest import CHAT_PROMPTS, Greedy, Prefill
+from .conftest import BLOCK_SIZE, CHAT_PROMPTS, Greedy, Prefill, single_sequence_metadata
 
 #: Largest absolute difference allowed between our float32 logits and transformers' (same weights,
 #: same float32 arithmetic up to operation order; observed: about 6e-5 on logits of magnitude ~20).
@@ -180,3 +180,33 @@ def test_bfloat16_decode_is_batch_invariant(
         alone = model_bf16.forward(step[row : row + 1], torch.tensor([len(ids)]), caches,
                                    _metadata([table], [len(ids)], [1], block_size), attention, torch.tensor([0]))
         assert torch.equal(alone[0], batched[row])
+
+
+def test_steps_on_the_reused_buffers_agree_with_steps_on_their_own(
+    model_f32: LlamaModel, attention: AttentionBackend, chat_ids: list[list[int]], prefill: Prefill
+) -> None:
+    """A prompt longer than REUSED_STEP_TOKENS (prefilled on buffers made for the step) gives the
+    logits it gets in chunks on the model's reused buffers, and a step made while another holds
+    those buffers (here: their lock taken by hand) gives their bits on its own."""
+    ids = [token for prompt in chat_ids for token in prompt][: REUSED_STEP_TOKENS + 20]
+    assert len(ids) > REUSED_STEP_TOKENS
+    whole, _ = prefill(model_f32, ids)
+    num_blocks = -(-len(ids) // BLOCK_SIZE)
+    caches = allocate_kv_caches(model_f32.config, num_blocks, BLOCK_SIZE, torch.float32)
+    chunks = []
+    for start, stop in ((0, 40), (40, len(ids) - 1), (len(ids) - 1, len(ids))):
+        step = (torch.tensor(ids[start:stop]), torch.arange(start, stop), caches,
+                single_sequence_metadata(start, stop - start, num_blocks), attention, torch.arange(stop - start))
+        chunks.append(model_f32.forward(*step))
+    torch.testing.assert_close(torch.cat(chunks), whole, atol=1e-4, rtol=0)
+    with model_f32._step_lock:
+        assert torch.equal(model_f32.forward(*step), chunks[-1])
+
+
+def test_inputs_and_positions_of_different_lengths_are_refused(
+    model_f32: LlamaModel, attention: AttentionBackend
+) -> None:
+    caches = allocate_kv_caches(model_f32.config, 1, BLOCK_SIZE, torch.float32)
+    with pytest.raises(ValueError, match=r"input_ids and positions must both be \[num_tokens\]"):
+        model_f32.forward(torch.tensor([1, 2]), torch.tensor([0]), caches, single_sequence_metadata(0, 2, 1),
+                          attention, torch.tensor([1]))

@@ -10,7 +10,7 @@ Importing this package does not import torch; :func:`status` reports whether the
 extension ``pyagent_kernels._C`` is available and which instruction set it uses.
 """
 
-from pyagent_kernels._extension import Backend, KernelStatus, set_isa, status
+from pyagent_kernels._extension import Backend, KernelStatus, PreparedCall, run_prepared, set_isa, status
 from pyagent_kernels.errors import (
     KernelArgumentError,
     KernelError,
@@ -27,7 +27,9 @@ __all__ = [
     "KernelFallbackWarning",
     "KernelStatus",
     "KernelUnavailableError",
+    "PreparedCall",
     "__version__",
+    "run_prepared",
     "set_isa",
     "status",
 ]

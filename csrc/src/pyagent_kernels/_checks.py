@@ -61,6 +61,22 @@ def check_tensor(
     return value
 
 
+def check_separate(kernel: str, written: dict[str, torch.Tensor], read: dict[str, torch.Tensor]) -> None:
+    """Raise KernelArgumentError when a buffer that ``kernel`` writes shares memory with another of
+    its tensors (all contiguous): the kernels read and write separate buffers."""
+    spans = {name: (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for name, t in (written | read).items()}
+    others = list(spans)
+    for name in written:
+        start, end = spans[name]
+        others.remove(name)
+        for other in others:
+            other_start, other_end = spans[other]
+            if start < other_end and other_start < end:
+                raise KernelArgumentError(
+                    f"{kernel}: {name} shares memory with {other}; write the result into a separate buffer"
+                )
+
+
 def index_error(indices: torch.Tensor, position: int, num_rows: int) -> KernelArgumentError:
     """The error for ``indices[position]`` lying outside ``[0, num_rows)``."""
     value = int(indices[position])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import importlib
 import warnings
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple, TypedDict
 
 from pyagent_kernels.errors import (
@@ -76,6 +77,20 @@ def resolve(backend: str, kernel: str) -> Literal["c", "torch"]:
     return "torch"
 
 
+def c_extension(backend: str, kernel: str) -> Extension | None:
+    """The loaded extension when ``kernel`` runs in C for ``backend``, None when it runs in torch.
+
+    :func:`resolve` in one call for the wrappers that run every step: the usual case (the extension
+    is loaded, backend "auto" or "c") costs two comparisons; the others follow :func:`resolve`'s rules
+    (warning, KernelArgumentError, KernelUnavailableError).
+    """
+    ext = load()
+    if ext.lib is not None and (backend == "auto" or backend == "c"):
+        return ext
+    resolve(backend, kernel)  # "torch", or it raises: "c" needs the extension checked above
+    return None
+
+
 def require() -> tuple[Any, Any]:
     """``(ffi, lib)`` of the loaded extension; KernelUnavailableError if it is not loaded."""
     ext = load()
@@ -97,6 +112,29 @@ def check_status(rc: int, kernel: str) -> None:
         f"{kernel}: the C kernel returned status {rc} for arguments the wrapper had accepted; "
         "this is a bug in pyagent-kernels, please report it with the tensors' shapes and dtypes"
     )
+
+
+class PreparedCall(NamedTuple):
+    """One kernel call on fixed tensors, checked once by a wrapper's ``prepare_*`` function and run
+    any number of times by :func:`run_prepared` (each run reads the tensors' current values).
+
+    ``function(*arguments)`` returns the C kernel's status (the torch fallback's closure returns 0);
+    ``tensors`` keeps alive the tensors whose pointers ``arguments`` holds. The tensors must keep
+    their storage (no ``resize_`` or ``set_``) while the call is in use.
+    """
+
+    function: Callable[..., int]
+    arguments: tuple[Any, ...]
+    kernel: str
+    tensors: tuple[Any, ...]
+
+
+def run_prepared(calls: Iterable[PreparedCall]) -> None:
+    """Run prepared calls in order; KernelError if a C kernel fails."""
+    for function, arguments, kernel, _ in calls:
+        rc = function(*arguments)
+        if rc:
+            check_status(rc, kernel)
 
 
 def _isa_names(ffi: Any, lib: Any) -> list[str]:

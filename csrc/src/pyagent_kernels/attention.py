@@ -108,9 +108,10 @@ class PagedLayout:
         self.metadata = (block_tables, slot_mapping, seq_lens, query_start_loc)
         self.tree_mask = tree_mask
         self._pointers: tuple[object, ...] | None = None
+        self._err_index: object = None
 
     def _c_arguments(self, ffi: Any) -> tuple[object, ...]:
-        """The metadata's arguments of ``pak_paged_attention``, made once."""
+        """The metadata's arguments of ``pak_paged_attention``, made once, and its error-index output."""
         if self._pointers is None:
             block_tables, slot_mapping, seq_lens, query_start_loc = self.metadata
             tree = self.tree_mask
@@ -121,44 +122,69 @@ class PagedLayout:
                 ffi.NULL if tree is None else ffi.cast("uint8_t *", tree.data_ptr()),
                 0 if tree is None else tree.shape[1],
             )
+            self._err_index = ffi.new("int64_t *")  # written only on an error, which is recomputed in Python
         return self._pointers
+
+    def _fits(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+        """Whether :meth:`_check_layer` would pass, answered in a few attribute reads for plain
+        tensors (a layer's usual case); False sends the call through it for its error."""
+        tensor, strided = torch.Tensor, torch.strided
+        if not (type(q) is tensor and type(k) is tensor and type(v) is tensor and type(kv_cache) is tensor):
+            return False
+        dtype = kv_cache.dtype
+        if not (dtype in _CACHE_DTYPES and q.dtype is dtype and k.dtype is dtype and v.dtype is dtype
+                and q.is_cpu and k.is_cpu and v.is_cpu and kv_cache.is_cpu
+                and q.layout is strided and k.layout is strided and v.layout is strided and kv_cache.layout is strided
+                and q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and kv_cache.is_contiguous()
+                and not kv_cache.requires_grad):
+            return False
+        cache_shape, q_shape, kv_shape = kv_cache.shape, q.shape, k.shape
+        return (len(cache_shape) == 5 and cache_shape[0] == 2 and len(q_shape) == 3 and len(kv_shape) == 3
+                and v.shape == kv_shape and kv_shape[0] == q_shape[0] == self.num_tokens
+                and kv_shape[1] == cache_shape[3] and kv_shape[2] == q_shape[2] == cache_shape[4]
+                and q_shape[1] % kv_shape[1] == 0)
+
+    def _check_layer(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor) -> None:
+        """Raise KernelArgumentError for a layer's tensors that do not fit each other or this layout."""
+        check_tensor(kv_cache, "kv_cache", dtypes=_CACHE_DTYPES, shape=(2, None, None, None, None), writable=True)
+        _, _, _, num_kv_heads, head_size = kv_cache.shape
+        check_tensor(q, "q", dtypes=(kv_cache.dtype,), shape=(self.num_tokens, None, head_size))
+        if q.shape[1] % num_kv_heads:
+            raise KernelArgumentError(
+                f"q has {q.shape[1]} heads, not a multiple of the cache's {num_kv_heads} key/value heads"
+            )
+        for name, tensor in (("k", k), ("v", v)):
+            check_tensor(tensor, name, dtypes=(kv_cache.dtype,), shape=(self.num_tokens, num_kv_heads, head_size))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, *, scale: float,
                backend: Backend = "auto", threads: int = 1) -> torch.Tensor:
         """:func:`paged_attention` of one layer's tensors with this metadata."""
-        check_tensor(kv_cache, "kv_cache", dtypes=_CACHE_DTYPES, shape=(2, None, None, None, None), writable=True)
-        _, num_blocks, block_size, num_kv_heads, head_size = kv_cache.shape
-        num_tokens = self.num_tokens
-        check_tensor(q, "q", dtypes=(kv_cache.dtype,), shape=(num_tokens, None, head_size))
-        num_heads = q.shape[1]
-        if num_heads % num_kv_heads:
-            raise KernelArgumentError(
-                f"q has {num_heads} heads, not a multiple of the cache's {num_kv_heads} key/value heads"
-            )
-        for name, tensor in (("k", k), ("v", v)):
-            check_tensor(tensor, name, dtypes=(kv_cache.dtype,), shape=(num_tokens, num_kv_heads, head_size))
-        if not isinstance(scale, float | int) or not math.isfinite(scale):
+        if not self._fits(q, k, v, kv_cache):
+            self._check_layer(q, k, v, kv_cache)
+        if not isinstance(scale, (float, int)) or not math.isfinite(scale):
             raise KernelArgumentError(f"scale={scale!r} must be a finite number (usually head_size ** -0.5)")
         if not isinstance(threads, int) or threads < 1:
             raise KernelArgumentError(f"threads={threads!r} must be a positive int (1: the calling thread only)")
-        if _extension.resolve(backend, "paged_attention") == "torch":
+        _, num_blocks, block_size, num_kv_heads, head_size = kv_cache.shape
+        ext = _extension.c_extension(backend, "paged_attention")
+        if ext is None:
             error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
             if error is not None:
                 raise error
             return paged_attention_torch(q, k, v, kv_cache, *self.metadata, float(scale), self.tree_mask)
-        ffi, lib = _extension.require()
+        ffi, lib = ext.ffi, ext.lib
         out = torch.empty_like(q)
-        err_index = ffi.new("int64_t *")
         rc = lib.pak_paged_attention(
             ffi.cast("void *", out.data_ptr()), ffi.cast("void *", q.data_ptr()), ffi.cast("void *", k.data_ptr()),
             ffi.cast("void *", v.data_ptr()), ffi.cast("void *", kv_cache.data_ptr()),
-            lib.PAK_ATTN_BF16 if q.dtype == torch.bfloat16 else lib.PAK_ATTN_F32,
-            num_tokens, num_heads, num_kv_heads, head_size, num_blocks, block_size,
-            *self._c_arguments(ffi), float(scale), threads, err_index,
+            lib.PAK_ATTN_BF16 if q.dtype is torch.bfloat16 else lib.PAK_ATTN_F32,
+            self.num_tokens, q.shape[1], num_kv_heads, head_size, num_blocks, block_size,
+            *self._c_arguments(ffi), float(scale), threads, self._err_index,
         )
-        if rc in (lib.PAK_EPARAM, lib.PAK_EINDEX):
-            error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
-            if error is not None:
-                raise error
-        _extension.check_status(rc, "paged_attention")
+        if rc:
+            if rc in (lib.PAK_EPARAM, lib.PAK_EINDEX):
+                error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
+                if error is not None:
+                    raise error
+            _extension.check_status(rc, "paged_attention")
         return out

@@ -5,21 +5,37 @@ heads of a fused q/k/v projection and splits it, ``silu_mul`` is SwiGLU's activa
 one C call instead of several torch dispatches (the semantics are in ``include/pyagent/layer_ops.h``);
 every row is computed alone, so results do not depend on the batch. The torch fallbacks
 (:mod:`pyagent_kernels._layer_ops_torch`) give rope_split's bits and agree with the others to a few
-float32 ulp.
+float32 ulp. ``prepare_*`` checks a call on buffers a caller reuses every step once and returns it
+ready to run (:func:`pyagent_kernels.run_prepared`), writing the result into an ``out`` buffer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._extension import Backend
+from pyagent_kernels._checks import check_separate
+from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._layer_ops_torch import add_rms_norm_torch, rope_split_torch, silu_mul_torch
 from pyagent_kernels.errors import KernelArgumentError
 
-__all__ = ["add_rms_norm", "rope_split", "silu_mul"]
+__all__ = ["add_rms_norm", "prepare_add_rms_norm", "prepare_rope_split", "prepare_silu_mul", "rope_split", "silu_mul"]
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def _plain(dtype: torch.dtype, *tensors: object) -> bool:
+    """Whether every tensor passes :func:`_check` (a contiguous CPU tensor of ``dtype``, float32 or
+    bfloat16), answered in a few attribute reads for plain tensors; False sends the call through
+    :func:`_check` for its error."""
+    if dtype not in _DTYPES:
+        return False
+    for tensor in tensors:
+        if not (type(tensor) is torch.Tensor and tensor.dtype is dtype and tensor.is_cpu and tensor.is_contiguous()):
+            return False
+    return True
 
 
 def _check(kernel: str, dtype: torch.dtype, **tensors: torch.Tensor) -> None:
@@ -35,6 +51,41 @@ def _check(kernel: str, dtype: torch.dtype, **tensors: torch.Tensor) -> None:
             raise KernelArgumentError(f"{kernel}: {name} must be a contiguous CPU tensor; pass {name}.contiguous()")
 
 
+def _check_out(kernel: str, dtype: torch.dtype, shape: tuple[int, ...], **buffers: torch.Tensor) -> None:
+    """A prepared call's output buffers: contiguous CPU tensors of ``dtype`` and ``shape``."""
+    _check(kernel, dtype, **buffers)
+    for name, buffer in buffers.items():
+        if buffer.shape != shape or buffer.requires_grad:
+            raise KernelArgumentError(
+                f"{kernel}: {name} must be {list(shape)} and not require grad (it is written in place); "
+                f"got {list(buffer.shape)}" + (" requiring grad" if buffer.requires_grad else "")
+            )
+
+
+def _check_norm(hidden: torch.Tensor, weight: torch.Tensor, delta: torch.Tensor | None) -> None:
+    """add_rms_norm's argument checks."""
+    dtype = hidden.dtype
+    if not _plain(dtype, hidden, weight, hidden if delta is None else delta):
+        _check("add_rms_norm", dtype, hidden=hidden, weight=weight, **({} if delta is None else {"delta": delta}))
+    _, dim = hidden.shape
+    if weight.shape != (dim,) or (delta is not None and delta.shape != hidden.shape):
+        raise KernelArgumentError(
+            f"add_rms_norm: hidden {list(hidden.shape)} needs weight [{dim}] and delta {list(hidden.shape)}; "
+            f"got weight {list(weight.shape)}" + ("" if delta is None else f" and delta {list(delta.shape)}")
+        )
+
+
+def _norm_call(ext: _extension.Extension, hidden: torch.Tensor, weight: torch.Tensor, eps: float,
+               delta: torch.Tensor | None, out: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+    ffi = ext.ffi
+    rows, dim = hidden.shape
+    return ext.lib.pak_add_rms_norm, (
+        ffi.cast("void *", hidden.data_ptr()), ffi.NULL if delta is None else ffi.cast("void *", delta.data_ptr()),
+        ffi.cast("void *", weight.data_ptr()), ffi.cast("void *", out.data_ptr()), _DTYPES[hidden.dtype], rows, dim,
+        eps,
+    )
+
+
 def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None, *,
                  backend: Backend = "auto") -> torch.Tensor:
     """With ``delta``, ``hidden += delta`` in place; return RMSNorm(``hidden``) * ``weight``.
@@ -46,24 +97,60 @@ def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: 
         delta: ``[rows, dim]`` or ``None``.
         backend: "auto", "c" or "torch".
     """
-    extra = {} if delta is None else {"delta": delta}
-    _check("add_rms_norm", hidden.dtype, hidden=hidden, weight=weight, **extra)
-    rows, dim = hidden.shape
-    if weight.shape != (dim,) or (delta is not None and delta.shape != hidden.shape):
-        raise KernelArgumentError(
-            f"add_rms_norm: hidden {list(hidden.shape)} needs weight [{dim}] and delta {list(hidden.shape)}; "
-            f"got weight {list(weight.shape)}" + ("" if delta is None else f" and delta {list(delta.shape)}")
-        )
-    if _extension.resolve(backend, "add_rms_norm") == "torch":
+    _check_norm(hidden, weight, delta)
+    ext = _extension.c_extension(backend, "add_rms_norm")
+    if ext is None:
         return add_rms_norm_torch(hidden, weight, eps, delta)
-    ffi, lib = _extension.require()
     out = torch.empty_like(hidden)
-    rc = lib.pak_add_rms_norm(ffi.cast("void *", hidden.data_ptr()),
-                              ffi.NULL if delta is None else ffi.cast("void *", delta.data_ptr()),
-                              ffi.cast("void *", weight.data_ptr()), ffi.cast("void *", out.data_ptr()),
-                              _DTYPES[hidden.dtype], rows, dim, eps)
-    _extension.check_status(rc, "add_rms_norm")
+    function, arguments = _norm_call(ext, hidden, weight, eps, delta, out)
+    rc = function(*arguments)
+    if rc:
+        _extension.check_status(rc, "add_rms_norm")
     return out
+
+
+def prepare_add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None,
+                         out: torch.Tensor, *, backend: Backend = "auto") -> PreparedCall:
+    """``out[:] = add_rms_norm(hidden, weight, eps, delta)`` as a call checked once, for buffers a caller
+    reuses every step; ``out`` is like ``hidden`` (contiguous, on CPU)."""
+    _check_norm(hidden, weight, delta)
+    _check_out("add_rms_norm", hidden.dtype, hidden.shape, out=out)
+    check_separate("add_rms_norm", {"out": out},
+                   {"hidden": hidden, "weight": weight} | ({} if delta is None else {"delta": delta}))
+    ext = _extension.c_extension(backend, "add_rms_norm")
+    if ext is None:
+        def fallback() -> int:
+            out.copy_(add_rms_norm_torch(hidden, weight, eps, delta))
+            return 0
+
+        return PreparedCall(fallback, (), "add_rms_norm", (hidden, weight, delta, out))
+    return PreparedCall(*_norm_call(ext, hidden, weight, eps, delta, out), "add_rms_norm",
+                        (hidden, weight, delta, out))
+
+
+def _check_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, dim: int) -> None:
+    """rope_split's argument checks."""
+    dtype = qkv.dtype
+    if not _plain(dtype, qkv, cos, sin):
+        _check("rope_split", dtype, qkv=qkv, cos=cos, sin=sin)
+    tokens = qkv.shape[0]
+    if (dim % 2 or qkv.shape[1:] != ((heads + 2 * kv_heads) * dim,) or cos.shape != (tokens, dim)
+            or sin.shape != (tokens, dim)):
+        raise KernelArgumentError(
+            f"rope_split: qkv must be [tokens, {(heads + 2 * kv_heads) * dim}] and cos/sin [tokens, {dim}] "
+            f"(dim even); got qkv {list(qkv.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}"
+        )
+
+
+def _rope_call(ext: _extension.Extension, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q: torch.Tensor,
+               k: torch.Tensor, v: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+    ffi = ext.ffi
+    tokens, heads, dim = q.shape
+    return ext.lib.pak_rope_split, (
+        ffi.cast("void *", qkv.data_ptr()), ffi.cast("void *", cos.data_ptr()), ffi.cast("void *", sin.data_ptr()),
+        ffi.cast("void *", q.data_ptr()), ffi.cast("void *", k.data_ptr()), ffi.cast("void *", v.data_ptr()),
+        _DTYPES[qkv.dtype], tokens, heads, k.shape[1], dim,
+    )
 
 
 def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, dim: int, *,
@@ -79,36 +166,84 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     Returns:
         ``q [tokens, heads, dim]``, ``k [tokens, kv_heads, dim]``, ``v [tokens, kv_heads, dim]``.
     """
-    _check("rope_split", qkv.dtype, qkv=qkv, cos=cos, sin=sin)
-    tokens = qkv.shape[0]
-    if (dim % 2 or qkv.shape[1:] != ((heads + 2 * kv_heads) * dim,) or cos.shape != (tokens, dim)
-            or sin.shape != (tokens, dim)):
-        raise KernelArgumentError(
-            f"rope_split: qkv must be [tokens, {(heads + 2 * kv_heads) * dim}] and cos/sin [tokens, {dim}] "
-            f"(dim even); got qkv {list(qkv.shape)}, cos {list(cos.shape)}, sin {list(sin.shape)}"
-        )
-    if _extension.resolve(backend, "rope_split") == "torch":
+    _check_rope(qkv, cos, sin, heads, kv_heads, dim)
+    ext = _extension.c_extension(backend, "rope_split")
+    if ext is None:
         return rope_split_torch(qkv, cos, sin, heads, kv_heads, dim)
-    ffi, lib = _extension.require()
+    tokens = qkv.shape[0]
     q = qkv.new_empty((tokens, heads, dim))
     k, v = qkv.new_empty((tokens, kv_heads, dim)), qkv.new_empty((tokens, kv_heads, dim))
-    rc = lib.pak_rope_split(*(ffi.cast("void *", t.data_ptr()) for t in (qkv, cos, sin, q, k, v)),
-                            _DTYPES[qkv.dtype], tokens, heads, kv_heads, dim)
-    _extension.check_status(rc, "rope_split")
+    function, arguments = _rope_call(ext, qkv, cos, sin, q, k, v)
+    rc = function(*arguments)
+    if rc:
+        _extension.check_status(rc, "rope_split")
     return q, k, v
+
+
+def prepare_rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, dim: int,
+                       out: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *,
+                       backend: Backend = "auto") -> PreparedCall:
+    """``out[i][:] = rope_split(qkv, cos, sin, heads, kv_heads, dim)[i]`` as a call checked once, for
+    buffers a caller reuses every step; ``out`` holds contiguous CPU ``q``, ``k``, ``v`` of their shapes."""
+    _check_rope(qkv, cos, sin, heads, kv_heads, dim)
+    tokens = qkv.shape[0]
+    q, k, v = out
+    _check_out("rope_split", qkv.dtype, (tokens, heads, dim), q=q)
+    _check_out("rope_split", qkv.dtype, (tokens, kv_heads, dim), k=k, v=v)
+    check_separate("rope_split", {"q": q, "k": k, "v": v}, {"qkv": qkv, "cos": cos, "sin": sin})
+    ext = _extension.c_extension(backend, "rope_split")
+    if ext is None:
+        def fallback() -> int:
+            for buffer, result in zip(out, rope_split_torch(qkv, cos, sin, heads, kv_heads, dim), strict=True):
+                buffer.copy_(result)
+            return 0
+
+        return PreparedCall(fallback, (), "rope_split", (qkv, cos, sin, *out))
+    return PreparedCall(*_rope_call(ext, qkv, cos, sin, q, k, v), "rope_split", (qkv, cos, sin, *out))
+
+
+def _check_silu(gate_up: torch.Tensor) -> None:
+    """silu_mul's argument checks."""
+    dtype = gate_up.dtype
+    if not _plain(dtype, gate_up):
+        _check("silu_mul", dtype, gate_up=gate_up)
+    if gate_up.dim() != 2 or gate_up.shape[1] % 2:
+        raise KernelArgumentError(f"silu_mul: gate_up must be [tokens, 2 * inter], got {list(gate_up.shape)}")
+
+
+def _silu_call(ext: _extension.Extension, gate_up: torch.Tensor,
+               out: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+    ffi = ext.ffi
+    tokens, inter = out.shape
+    return ext.lib.pak_silu_mul, (ffi.cast("void *", gate_up.data_ptr()), ffi.cast("void *", out.data_ptr()),
+                                  _DTYPES[gate_up.dtype], tokens, inter)
 
 
 def silu_mul(gate_up: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
     """``silu(gate) * up`` for ``gate_up [tokens, 2 * inter]`` holding ``[gate | up]``; ``[tokens, inter]``."""
-    _check("silu_mul", gate_up.dtype, gate_up=gate_up)
-    if gate_up.dim() != 2 or gate_up.shape[1] % 2:
-        raise KernelArgumentError(f"silu_mul: gate_up must be [tokens, 2 * inter], got {list(gate_up.shape)}")
-    if _extension.resolve(backend, "silu_mul") == "torch":
+    _check_silu(gate_up)
+    ext = _extension.c_extension(backend, "silu_mul")
+    if ext is None:
         return silu_mul_torch(gate_up)
-    ffi, lib = _extension.require()
-    tokens, inter = gate_up.shape[0], gate_up.shape[1] // 2
-    out = gate_up.new_empty((tokens, inter))
-    rc = lib.pak_silu_mul(ffi.cast("void *", gate_up.data_ptr()), ffi.cast("void *", out.data_ptr()),
-                          _DTYPES[gate_up.dtype], tokens, inter)
-    _extension.check_status(rc, "silu_mul")
+    out = gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
+    function, arguments = _silu_call(ext, gate_up, out)
+    rc = function(*arguments)
+    if rc:
+        _extension.check_status(rc, "silu_mul")
     return out
+
+
+def prepare_silu_mul(gate_up: torch.Tensor, out: torch.Tensor, *, backend: Backend = "auto") -> PreparedCall:
+    """``out[:] = silu_mul(gate_up)`` as a call checked once, for buffers a caller reuses every step;
+    ``out`` is a contiguous CPU ``[tokens, inter]`` of ``gate_up``'s dtype."""
+    _check_silu(gate_up)
+    _check_out("silu_mul", gate_up.dtype, (gate_up.shape[0], gate_up.shape[1] // 2), out=out)
+    check_separate("silu_mul", {"out": out}, {"gate_up": gate_up})
+    ext = _extension.c_extension(backend, "silu_mul")
+    if ext is None:
+        def fallback() -> int:
+            out.copy_(silu_mul_torch(gate_up))
+            return 0
+
+        return PreparedCall(fallback, (), "silu_mul", (gate_up, out))
+    return PreparedCall(*_silu_call(ext, gate_up, out), "silu_mul", (gate_up, out))

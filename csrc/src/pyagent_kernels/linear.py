@@ -12,22 +12,39 @@ Q8_0 blocks): the kernel decodes it as it goes and gives the bits of the product
 matrix, reading a quarter to a half of the bytes.
 
 The pure-torch fallback (:mod:`pyagent_kernels._linear_torch`) is batch-invariant too but sums in
-another order, so its bits differ from the C kernel's.
+another order, so its bits differ from the C kernel's. :func:`prepare_linear` checks a product on
+buffers a caller reuses every step once and returns it ready to run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._extension import Backend
+from pyagent_kernels._checks import check_separate, check_tensor
+from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._linear_torch import linear_torch
 from pyagent_kernels.errors import KernelArgumentError
 from pyagent_kernels.quantized import QuantizedWeight
 
-__all__ = ["linear"]
+__all__ = ["linear", "prepare_linear"]
 
 _POINTERS = {torch.float32: "float *", torch.bfloat16: "uint16_t *"}
+
+
+def _plain(x: object, weight: object) -> bool:
+    """Whether ``linear`` can take ``x`` and ``weight`` as they are: the checks of :func:`_check`
+    in a few attribute reads for plain tensors (or a :class:`QuantizedWeight`, checked when built);
+    False sends anything else through :func:`_check` for its error."""
+    if not (type(x) is torch.Tensor and x.is_cpu and x.layout is torch.strided and x.dim() == 2
+            and x.dtype in _POINTERS and x.is_contiguous()):
+        return False
+    if type(weight) is QuantizedWeight:
+        return x.shape[1] == weight.in_features
+    return (type(weight) is torch.Tensor and weight.is_cpu and weight.layout is torch.strided and weight.dim() == 2
+            and weight.dtype is x.dtype and weight.is_contiguous() and x.shape[1] == weight.shape[1])
 
 
 def _check(x: object, weight: object) -> None:
@@ -52,6 +69,46 @@ def _check(x: object, weight: object) -> None:
         )
 
 
+def _settings(x: torch.Tensor, out_dtype: torch.dtype | None, threads: int | None) -> tuple[torch.dtype, int]:
+    """``out_dtype`` and ``threads`` with their defaults filled in, checked."""
+    if out_dtype is None:
+        out_dtype = x.dtype
+    elif out_dtype not in (x.dtype, torch.float32):
+        raise KernelArgumentError(f"out_dtype must be {x.dtype} or torch.float32, got {out_dtype}")
+    if threads is None:
+        threads = torch.get_num_threads()
+    if threads < 1:
+        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
+    return out_dtype, threads
+
+
+def _c_call(ext: _extension.Extension, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out: torch.Tensor,
+            threads: int) -> tuple[Callable[..., int], tuple[object, ...]]:
+    """The C function computing ``out = x @ weight.T`` and its arguments (checked tensors)."""
+    ffi, lib = ext.ffi, ext.lib
+    rows, inner = x.shape
+    out_features = weight.shape[0]
+    pointer = _POINTERS[x.dtype]
+    x_ptr, y_ptr = ffi.cast(pointer, x.data_ptr()), ffi.cast("void *", out.data_ptr())
+    y_f32 = out.dtype is torch.float32
+    if isinstance(weight, QuantizedWeight):
+        w_ptr = ffi.cast("uint8_t *", weight.packed.data_ptr())
+        if x.dtype is torch.float32:
+            return lib.pak_linear_quant_f32, (x_ptr, w_ptr, weight.type_id, y_ptr, rows, out_features, inner, threads)
+        return lib.pak_linear_quant_bf16, (x_ptr, w_ptr, weight.type_id, y_ptr, y_f32, rows, out_features, inner,
+                                           threads)
+    w_ptr = ffi.cast(pointer, weight.data_ptr())
+    if x.dtype is torch.float32:
+        return lib.pak_linear_f32, (x_ptr, w_ptr, y_ptr, rows, out_features, inner, threads)
+    return lib.pak_linear_bf16, (x_ptr, w_ptr, y_ptr, y_f32, rows, out_features, inner, threads)
+
+
+def _torch(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out_dtype: torch.dtype) -> torch.Tensor:
+    """The fallback's result."""
+    dense = weight.dequantize(x.dtype) if isinstance(weight, QuantizedWeight) else weight
+    return linear_torch(x, dense).to(out_dtype)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype: torch.dtype | None = None,
            threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
     """Return ``x @ weight.T`` (``[rows, out]``), batch-invariant.
@@ -69,32 +126,44 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype
         KernelArgumentError: a tensor has the wrong type, dtype, shape, layout or device.
         KernelUnavailableError: backend="c" but the extension is not built.
     """
-    _check(x, weight)
-    out_dtype = out_dtype or x.dtype
-    if out_dtype not in (x.dtype, torch.float32):
-        raise KernelArgumentError(f"out_dtype must be {x.dtype} or torch.float32, got {out_dtype}")
-    if threads is None:
-        threads = torch.get_num_threads()
-    if threads < 1:
-        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
-    if _extension.resolve(backend, "linear") == "torch":
-        dense = weight.dequantize(x.dtype) if isinstance(weight, QuantizedWeight) else weight
-        return linear_torch(x, dense).to(out_dtype)
-    ffi, lib = _extension.require()
-    out = torch.empty((x.shape[0], weight.shape[0]), dtype=out_dtype)
-    pointer = _POINTERS[x.dtype]
-    sizes = x.shape[0], weight.shape[0], x.shape[1], threads
-    x_ptr, y_ptr = ffi.cast(pointer, x.data_ptr()), ffi.cast("void *", out.data_ptr())
-    if isinstance(weight, QuantizedWeight):
-        w_ptr = ffi.cast("uint8_t *", weight.packed.data_ptr())
-        if x.dtype == torch.float32:
-            rc = lib.pak_linear_quant_f32(x_ptr, w_ptr, weight.type_id, y_ptr, *sizes)
-        else:
-            rc = lib.pak_linear_quant_bf16(x_ptr, w_ptr, weight.type_id, y_ptr, out_dtype == torch.float32, *sizes)
-    elif x.dtype == torch.float32:
-        rc = lib.pak_linear_f32(x_ptr, ffi.cast(pointer, weight.data_ptr()), y_ptr, *sizes)
-    else:
-        rc = lib.pak_linear_bf16(x_ptr, ffi.cast(pointer, weight.data_ptr()), y_ptr, out_dtype == torch.float32,
-                                 *sizes)
-    _extension.check_status(rc, "linear")
+    if not _plain(x, weight):
+        _check(x, weight)
+    out_dtype, threads = _settings(x, out_dtype, threads)
+    ext = _extension.c_extension(backend, "linear")
+    if ext is None:
+        return _torch(x, weight, out_dtype)
+    out = torch.empty(x.shape[0], weight.shape[0], dtype=out_dtype)
+    function, arguments = _c_call(ext, x, weight, out, threads)
+    rc = function(*arguments)
+    if rc:
+        _extension.check_status(rc, "linear")
     return out
+
+
+def prepare_linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out: torch.Tensor, *,
+                   threads: int | None = None, backend: Backend = "auto") -> PreparedCall:
+    """``out[:] = linear(x, weight, out_dtype=out.dtype, threads=threads)`` as a call checked once, for
+    buffers a caller reuses every step (run it with :func:`pyagent_kernels.run_prepared`).
+
+    Args:
+        x, weight, threads, backend: as for :func:`linear` (``threads`` resolved now).
+        out: ``[rows, out]`` of ``x``'s dtype or float32, contiguous, on CPU.
+
+    Raises:
+        KernelArgumentError, KernelUnavailableError: as :func:`linear`, and for an ``out`` that does
+            not fit.
+    """
+    if not _plain(x, weight):
+        _check(x, weight)
+    check_tensor(out, "out", dtypes=(x.dtype, torch.float32), shape=(x.shape[0], weight.shape[0]), writable=True)
+    matrix = weight.packed if isinstance(weight, QuantizedWeight) else weight
+    check_separate("linear", {"out": out}, {"x": x, "weight": matrix})
+    out_dtype, threads = _settings(x, out.dtype, threads)
+    ext = _extension.c_extension(backend, "linear")
+    if ext is None:
+        def fallback() -> int:
+            out.copy_(_torch(x, weight, out_dtype))
+            return 0
+
+        return PreparedCall(fallback, (), "linear", (x, weight, out))
+    return PreparedCall(*_c_call(ext, x, weight, out, threads), "linear", (x, weight, out))
