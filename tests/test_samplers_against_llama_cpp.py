@@ -30,7 +30,7 @@ def llama_cpp_apply(sampler: object, row: np.ndarray) -> dict[int, float]:
 
 
 def ours(processor: type, row: np.ndarray, params: dict[str, float]) -> dict[int, float]:
-    out = run_processor(processor, torch.tensor([row], dtype=torch.float32), [params])[0]
+    out = run_processor(processor, torch.from_numpy(row[None, :].astype(np.float32)), [params])[0]
     return {i: float(v) for i, v in enumerate(out.tolist()) if np.isfinite(v)}
 
 
