@@ -1,5 +1,10 @@
 /* Paged attention (pyagent/attention.h): index checks, cache write, work items, threads and
  * instruction-set dispatch. The per-variant attention code is in paged_impl.h. */
+/* Multiply-adds fuse where the variant has FMA (the build turns contraction off elsewhere): every
+ * token's scores and sums go through the same code, so its output still does not depend on the
+ * batch, only on the instruction-set variant. */
+#pragma GCC optimize("fp-contract=fast")
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
