@@ -169,25 +169,24 @@ static void calibrate(pak_token_index *history, pak_draft_calibration *calibrati
     history->draft_size = 0;
 }
 
+/* Resize the array `ptr` to `count` elements: 1, or 0 when out of memory (then `ptr` is unchanged,
+ * still valid, and the caller keeps its old room). */
+#define GROW(ptr, count)                                                                          \
+    __extension__({                                                                                \
+        __typeof__(ptr) grown_ = realloc((ptr), (size_t)(count) * sizeof *(ptr));                  \
+        if (grown_ != NULL)                                                                        \
+            (ptr) = grown_;                                                                        \
+        grown_ != NULL;                                                                            \
+    })
+
 /* Write the chosen nodes (number order, closed under parents) as the draft and remember it in the
  * history; returns the node count, or PAK_ENOMEM. */
 static int64_t emit(const trie *t, const int32_t *chosen, int64_t n, int32_t *where, pak_token_index *history,
                     int32_t *tokens, int32_t *parents, double *scores)
 {
     if (n > history->draft_room) {
-        int32_t *a = realloc(history->draft_tokens, (size_t)n * sizeof *a);
-        if (a != NULL)
-            history->draft_tokens = a;
-        int32_t *b = realloc(history->draft_parents, (size_t)n * sizeof *b);
-        if (b != NULL)
-            history->draft_parents = b;
-        int32_t *c = realloc(history->draft_buckets, (size_t)n * sizeof *c);
-        if (c != NULL)
-            history->draft_buckets = c;
-        double *d = realloc(history->draft_cond, (size_t)n * sizeof *d);
-        if (d != NULL)
-            history->draft_cond = d;
-        if (a == NULL || b == NULL || c == NULL || d == NULL)
+        if (!(GROW(history->draft_tokens, n) && GROW(history->draft_parents, n) && GROW(history->draft_buckets, n)
+              && GROW(history->draft_cond, n)))
             return PAK_ENOMEM;
         history->draft_room = n;
     }
@@ -239,23 +238,12 @@ void pak_draft_scratch_free(pak_draft_scratch *scratch)
 static int64_t scratch_reserve(pak_draft_scratch *scratch, int64_t hit_room, int64_t node_room)
 {
     if (hit_room > scratch->hit_room) {
-        int64_t *hits = realloc(scratch->hits, (size_t)(2 * hit_room) * sizeof *hits);
-        if (hits == NULL)
+        if (!GROW(scratch->hits, 2 * hit_room))
             return PAK_ENOMEM;
-        scratch->hits = hits;
         scratch->hit_room = hit_room;
     }
     if (node_room > scratch->node_room) {
-        trie_node *nodes = realloc(scratch->t.nodes, (size_t)node_room * sizeof *nodes);
-        if (nodes != NULL)
-            scratch->t.nodes = nodes;
-        int32_t *order = realloc(scratch->order, (size_t)node_room * sizeof *order);
-        if (order != NULL)
-            scratch->order = order;
-        int32_t *where = realloc(scratch->where, (size_t)node_room * sizeof *where);
-        if (where != NULL)
-            scratch->where = where;
-        if (nodes == NULL || order == NULL || where == NULL)
+        if (!(GROW(scratch->t.nodes, node_room) && GROW(scratch->order, node_room) && GROW(scratch->where, node_room)))
             return PAK_ENOMEM;
         scratch->node_room = node_room;
     }
