@@ -249,6 +249,15 @@ class DraftController:
         self.rates.pop(request_id, None)
 
 
+def _tree_error(draft: DraftTree) -> str | None:
+    """Why ``draft`` is not a valid draft tree (a :meth:`DraftTree.trusted` one skipped the checks), or None."""
+    try:
+        draft.check()
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def _subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree | None:
     """The draft made of ``nodes`` (ascending, closed under parents), or ``None`` when empty."""
     if not nodes:
@@ -404,8 +413,8 @@ class SpeculativeDecoder:
             self._drop(f"returned a {type(draft).__name__} instead of a DraftTree or None")
         elif len(draft) > max_tokens:
             self._drop(f"returned {len(draft)} draft tokens when asked for at most {max_tokens}")
-        elif not all(ROOT <= parent < node for node, parent in enumerate(draft.parents)):
-            self._drop(f"returned a draft whose parents {list(draft.parents)} are not earlier nodes or -1")
+        elif (invalid := _tree_error(draft)) is not None:
+            self._drop(f"returned an invalid draft tree ({invalid})")
         elif not self.spec.tree and not draft.is_chain():
             self._drop("returned a tree but its spec says tree=False")
         elif any(t >= self.vocab_size for t in draft.token_ids):

@@ -55,6 +55,11 @@ class DraftTree:
     scores: tuple[float, ...] | None = attrs.field(default=None, converter=_to_scores)
 
     def __attrs_post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ``ValueError`` unless the fields form a draft tree (the constructor's checks; the
+        engine runs them on :meth:`trusted` drafts too)."""
         n = len(self.token_ids)
         if n == 0:
             raise ValueError("a draft tree needs at least one node; return None for no draft")
@@ -77,8 +82,9 @@ class DraftTree:
 
         For proposers whose drafting guarantees what the constructor checks (tuples of equal
         lengths, at least one node, ``ROOT <= parents[i] < i``, non-negative token ids) and that
-        build a draft every step, where the checks would cost more than the drafting. The engine
-        still checks each draft's size, shape and vocabulary. Anything else: call the class.
+        build a draft every step, where the conversions would cost more than the drafting. The
+        engine still runs :meth:`check` and its own size, shape and vocabulary checks on each
+        draft. Anything else: call the class.
         """
         tree = _new(cls)
         _set_token_ids(tree, token_ids)

@@ -136,7 +136,10 @@ class Misbehaving(Proposer):
     (DraftTree.chain([1] * 9), "at most"),
     (DraftTree([1, 2], [-1, -1]), "tree=False"),
     ("tokens", "instead of a DraftTree"),
-    (DraftTree.trusted((1, 2), (-1, 1)), "not earlier nodes"),  # trusted skips the constructor's checks
+    # DraftTree.trusted skips the constructor's checks; the engine runs them
+    (DraftTree.trusted((1, 2), (-1, 1)), r"invalid draft tree \(parent of draft node 1 is 1"),
+    (DraftTree.trusted((1, -2), (-1, 0)), r"invalid draft tree \(draft token ids must be non-negative"),
+    (DraftTree.trusted((), ()), r"invalid draft tree \(a draft tree needs at least one node"),
 ])
 def test_bad_drafts_are_dropped_with_a_warning(draft: object, message: str) -> None:
     decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram", num_draft_tokens=8,
