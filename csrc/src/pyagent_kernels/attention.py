@@ -22,6 +22,7 @@ from pyagent_kernels import _extension
 from pyagent_kernels._attention_torch import paged_attention_torch
 from pyagent_kernels._checks import check_tensor, paged_metadata_error
 from pyagent_kernels._extension import Backend
+from pyagent_kernels._fast_checks import all_plain
 from pyagent_kernels.errors import KernelArgumentError
 
 __all__ = ["PagedLayout", "paged_attention"]
@@ -128,15 +129,8 @@ class PagedLayout:
     def _fits(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor) -> bool:
         """Whether :meth:`_check_layer` would pass, answered in a few attribute reads for plain
         tensors (a layer's usual case); False sends the call through it for its error."""
-        tensor, strided = torch.Tensor, torch.strided
-        if not (type(q) is tensor and type(k) is tensor and type(v) is tensor and type(kv_cache) is tensor):
-            return False
-        dtype = kv_cache.dtype
-        if not (dtype in _CACHE_DTYPES and q.dtype is dtype and k.dtype is dtype and v.dtype is dtype
-                and q.is_cpu and k.is_cpu and v.is_cpu and kv_cache.is_cpu
-                and q.layout is strided and k.layout is strided and v.layout is strided and kv_cache.layout is strided
-                and q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and kv_cache.is_contiguous()
-                and not kv_cache.requires_grad):
+        if not (type(kv_cache) is torch.Tensor and kv_cache.dtype in _CACHE_DTYPES
+                and all_plain(kv_cache.dtype, q, k, v, kv_cache) and not kv_cache.requires_grad):
             return False
         cache_shape, q_shape, kv_shape = kv_cache.shape, q.shape, k.shape
         return (len(cache_shape) == 5 and cache_shape[0] == 2 and len(q_shape) == 3 and len(kv_shape) == 3

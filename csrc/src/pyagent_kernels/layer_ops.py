@@ -18,6 +18,7 @@ import torch
 from pyagent_kernels import _extension
 from pyagent_kernels._checks import check_separate
 from pyagent_kernels._extension import Backend, PreparedCall
+from pyagent_kernels._fast_checks import all_plain
 from pyagent_kernels._layer_ops_torch import add_rms_norm_torch, rope_split_torch, silu_mul_torch
 from pyagent_kernels.errors import KernelArgumentError
 
@@ -30,12 +31,7 @@ def _plain(dtype: torch.dtype, *tensors: object) -> bool:
     """Whether every tensor passes :func:`_check` (a contiguous CPU tensor of ``dtype``, float32 or
     bfloat16), answered in a few attribute reads for plain tensors; False sends the call through
     :func:`_check` for its error."""
-    if dtype not in _DTYPES:
-        return False
-    for tensor in tensors:
-        if not (type(tensor) is torch.Tensor and tensor.dtype is dtype and tensor.is_cpu and tensor.is_contiguous()):
-            return False
-    return True
+    return dtype in _DTYPES and all_plain(dtype, *tensors)
 
 
 def _check(kernel: str, dtype: torch.dtype, **tensors: torch.Tensor) -> None:

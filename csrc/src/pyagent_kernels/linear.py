@@ -25,6 +25,7 @@ import torch
 from pyagent_kernels import _extension
 from pyagent_kernels._checks import check_separate, check_tensor
 from pyagent_kernels._extension import Backend, PreparedCall
+from pyagent_kernels._fast_checks import all_plain
 from pyagent_kernels._linear_torch import linear_torch
 from pyagent_kernels.errors import KernelArgumentError
 from pyagent_kernels.quantized import QuantizedWeight
@@ -38,13 +39,12 @@ def _plain(x: object, weight: object) -> bool:
     """Whether ``linear`` can take ``x`` and ``weight`` as they are: the checks of :func:`_check`
     in a few attribute reads for plain tensors (or a :class:`QuantizedWeight`, checked when built);
     False sends anything else through :func:`_check` for its error."""
-    if not (type(x) is torch.Tensor and x.is_cpu and x.layout is torch.strided and x.dim() == 2
-            and x.dtype in _POINTERS and x.is_contiguous()):
+    if not (type(x) is torch.Tensor and x.dtype in _POINTERS and all_plain(x.dtype, x) and x.dim() == 2):
         return False
     if type(weight) is QuantizedWeight:
         return x.shape[1] == weight.in_features
-    return (type(weight) is torch.Tensor and weight.is_cpu and weight.layout is torch.strided and weight.dim() == 2
-            and weight.dtype is x.dtype and weight.is_contiguous() and x.shape[1] == weight.shape[1])
+    return (type(weight) is torch.Tensor and all_plain(x.dtype, weight) and weight.dim() == 2
+            and x.shape[1] == weight.shape[1])
 
 
 def _check(x: object, weight: object) -> None:
