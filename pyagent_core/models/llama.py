@@ -275,7 +275,6 @@ class LlamaModel:
         return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads)
 
 
-
 class _Workspace:
     """The activation buffers of steps of up to ``rows`` tokens: ``[rows, width]`` per activation."""
 
