@@ -36,9 +36,26 @@ class ShiftProcessor(LogitsProcessor):
         values = [[self.param(row, "shift", 0.0)] for row in range(len(self.rows))]
         return torch.tensor(values, dtype=logits.dtype, device=logits.device).reshape(-1, 1)
 
+    def leaves_batch_unchanged(self) -> bool:
+        return all(self.param(row, "shift", 0.0) == 0 for row in range(len(self.rows)))
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         self.check(logits)
         return logits.add_(self.shifts(logits))
+
+
+class NeverSkippable(ShiftProcessor):
+    """Broken: never lets the engine skip it, even when every row is disabled."""
+
+    def leaves_batch_unchanged(self) -> bool:
+        return False
+
+
+class ClaimsUnchanged(ShiftProcessor):
+    """Broken: says it leaves every batch unchanged, but shifts rows."""
+
+    def leaves_batch_unchanged(self) -> bool:
+        return True
 
 
 class RowDependentShift(ShiftProcessor):
@@ -209,6 +226,8 @@ def test_kit_passes_a_correct_selector() -> None:
     (MasksEverything, "test_processor_keeps_a_finite_logit_per_row"),
     (ChangesDtype, "test_processor_keeps_shape_and_dtype"),
     (TouchesDisabledRows, "test_processor_leaves_disabled_rows_unchanged"),
+    (NeverSkippable, "test_processor_reports_disabled_batches_as_unchanged"),
+    (ClaimsUnchanged, "test_processor_claims_unchanged_only_when_it_is"),
     (NegatesLogits, "test_processor_keeps_argmax_when_declared_invariant"),
     (SkipsInputChecks, "test_rejects_logits_of_wrong_ndim"),
     (SkipsInputChecks, "test_rejects_logits_of_wrong_vocab_size"),

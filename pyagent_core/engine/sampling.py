@@ -171,6 +171,7 @@ class SamplerChain:
         """Draw one token per request; ``logits[i]`` belongs to ``requests[i]``.
 
         Rows are rearranged to the stable row order the samplers know, processed and selected.
+        Processors that leave the whole batch unchanged are skipped.
         """
         update = self.rows.update(requests)
         for sampler in (*self.processors, self.greedy, self.random):
@@ -178,13 +179,18 @@ class SamplerChain:
         order = {id(r): i for i, r in enumerate(requests)}
         index = torch.tensor([order[id(r)] for r in self.rows.rows], dtype=torch.long)
         batch = logits.index_select(0, index).float()
-        greedy = torch.tensor([r.params.greedy for r in self.rows.rows])
-        if bool(greedy.all()):
-            batch = apply_processors(self.processors[:self.greedy_prefix], batch)
+        greedy = [r.params.greedy for r in self.rows.rows]
+        if all(greedy):
+            batch = apply_processors(_changing(self.processors[:self.greedy_prefix]), batch)
             chosen = self.greedy.select(batch)
         else:
-            batch = apply_processors(self.processors, batch)
-            chosen = torch.where(greedy, self.greedy.select(batch), self.random.select(batch))
+            batch = apply_processors(_changing(self.processors), batch)
+            chosen = torch.where(torch.tensor(greedy), self.greedy.select(batch), self.random.select(batch))
         tokens = chosen.tolist()
         by_request = {id(r): tokens[i] for i, r in enumerate(self.rows.rows)}
         return [by_request[id(r)] for r in requests]
+
+
+def _changing(processors: Sequence[LogitsProcessor]) -> list[LogitsProcessor]:
+    """The processors that may change a row of the current batch (see ``leaves_batch_unchanged``)."""
+    return [p for p in processors if not p.leaves_batch_unchanged()]

@@ -450,7 +450,7 @@ class SpeculativeDecoder:
             while any(active):
                 rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
                         for i in range(len(sampled))]
-                batch = logits[rows]
+                batch = logits.index_select(0, torch.tensor(rows))
                 if mask is not None and not emitted[0]:
                     mask(sampled, batch)
                 tokens = sampler.sample(sampled, batch)

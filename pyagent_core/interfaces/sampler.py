@@ -149,6 +149,16 @@ class LogitsProcessor(Sampler, ABC):
     def is_argmax_invariant(self) -> bool:
         """True when :meth:`apply` never changes a row's argmax (the engine skips it for greedy rows)."""
 
+    def leaves_batch_unchanged(self) -> bool:
+        """True when :meth:`apply` would return every row of the current batch unchanged, so the
+        engine may skip the call (default: False, the call always runs).
+
+        The answer may depend on the rows' parameters, never on the tokens they generate: it must
+        hold for every step until the next :meth:`update_state` with a change. A processor that
+        keeps history (token counts, a running estimate) must stay correct when calls are skipped.
+        """
+        return False
+
     @abstractmethod
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Return processed logits of the same shape ``[num_requests, vocab]``; may work in place."""

@@ -321,6 +321,35 @@ class SamplerConformance(BackendConformance):
                     f"row {row} with params {dict(params)} (which disable the processor) was changed"
                 )
 
+    def test_processor_reports_disabled_batches_as_unchanged(self) -> None:
+        """A batch whose every row has disabled params reports ``leaves_batch_unchanged()``, so the
+        engine can skip the call."""
+        self.require_processor()
+        if not self.disabled_params:
+            pytest.skip("the test class lists no disabled_params")
+        sampler = self.make_sampler()
+        self.add_requests(sampler, self.on_every_pattern(self.disabled_params))
+        assert sampler.leaves_batch_unchanged(), (  # type: ignore[attr-defined]
+            f"a batch of rows with params {[dict(p) for p in self.disabled_params]} (which disable the processor) "
+            "is not reported by leaves_batch_unchanged()"
+        )
+
+    def test_processor_claims_unchanged_only_when_it_is(self) -> None:
+        """Whenever ``leaves_batch_unchanged()`` is True, apply returns the batch bit for bit."""
+        self.require_processor()
+        mixed = [*self.disabled_params, *self.request_params]
+        for params in (self.request_params, self.disabled_params, mixed):
+            if not params:
+                continue
+            sampler = self.make_sampler()
+            self.add_requests(sampler, self.on_every_pattern(params))
+            if sampler.leaves_batch_unchanged():  # type: ignore[attr-defined]
+                logits = make_logits(self.vocab_size, len(sampler.rows), seed=3)
+                assert torch.equal(self.run_sampler(sampler, logits), logits), (
+                    f"leaves_batch_unchanged() is True for params {[dict(p) for p in params]} but apply changed "
+                    "the logits"
+                )
+
     def test_processor_argmax_invariance_matches_spec(self) -> None:
         """``is_argmax_invariant()`` agrees with ``spec.argmax_invariant``."""
         self.require_processor()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyagent_core.benchmarks.spec_decode import CostCurve, _waves, goals
+from pyagent_core.benchmarks.spec_decode import CostCurve, SpecBenchSettings, _waves, goals
 
 
 def test_waves_cover_every_prompt_in_full_batches() -> None:
@@ -22,16 +22,26 @@ def test_cost_curve_interpolates_and_extrapolates_its_measurements() -> None:
     assert CostCurve([(8, 4.0)])(16) == 8.0  # a single measurement: proportional
 
 
-def row(workload: str, proposer: str, speedup: float, modelled: float, us: float) -> dict[str, object]:
+def row(workload: str, proposer: str, speedup: float, modelled: float, us: float, batch: int = 1) -> dict[str, object]:
     """A benchmark row with the fields the goals read."""
-    return {"workload": workload, "proposer": proposer, "speedup": speedup, "modelled_speedup": modelled,
-            "proposer_us_per_step": us}
+    return {"workload": workload, "batch": batch, "proposer": proposer, "speedup": speedup,
+            "modelled_speedup": modelled, "proposer_us_per_step": us}
 
 
-def test_goals_take_the_worst_rows() -> None:
+def test_goals_take_the_worst_rows_and_score_code_editing_per_batch() -> None:
     rows = [row("code_editing", "suffix", 1.9, 1.85, 12.0), row("code_editing", "suffix", 1.7, 1.75, 15.0),
-            row("qa", "ngram", 0.97, 0.99, 25.0)]
-    code, slowest, cost = goals(rows)
-    assert (code["value"], code["met"], code["modelled"]) == (1.7, False, 1.75)
+            row("code_editing", "suffix", 1.2, 1.25, 18.0, batch=8), row("qa", "ngram", 0.97, 0.99, 25.0)]
+    costs = [{"batch": 1, "draft_tokens": 0, "ratio": 1.0}, {"batch": 1, "draft_tokens": 4, "ratio": 1.25},
+             {"batch": 1, "draft_tokens": 8, "ratio": 3.0}, {"batch": 8, "draft_tokens": 8, "ratio": 6.0}]
+    code_b1, code_b8, slowest, cost = goals(rows, costs)
+    assert (code_b1["value"], code_b1["met"], code_b1["modelled"]) == (1.7, False, 1.75)
+    assert code_b1["ceiling"] == pytest.approx(4.0) and code_b8["ceiling"] == pytest.approx(1.5)  # 5 / 1.25, 9 / 6
+    assert (code_b8["value"], code_b8["met"]) == (1.2, False)
     assert (slowest["value"], slowest["met"], slowest["modelled"]) == (0.97, True, 0.99)
     assert (cost["value"], cost["met"]) == (25.0, False)
+
+
+def test_code_editing_requests_get_room_for_the_whole_edited_code() -> None:
+    settings = SpecBenchSettings(max_tokens=64, code_editing_max_tokens=256)
+    assert settings.tokens_for("code_editing") == 256
+    assert settings.tokens_for("translation") == 64

@@ -85,6 +85,7 @@ class PenaltiesProcessor(LogitsProcessor):
         self._owners: dict[int, PenaltyRow] = {}
         self._params: PenaltyParams | None = None  # with _slot_list, rebuilt when the batch changes
         self._slot_list: list[int] = []
+        self._unchanged: bool | None = None  # leaves_batch_unchanged(), until the batch changes
 
     def is_argmax_invariant(self) -> bool:
         """False: a penalty can lower the top token below another."""
@@ -103,7 +104,7 @@ class PenaltiesProcessor(LogitsProcessor):
         super().update_state(update)
         if update is None:
             return
-        self._params = None
+        self._params = self._unchanged = None
         live = {id(state) for state in self.rows.states if state is not None}
         for slot, owner in list(self._owners.items()):
             if id(owner) not in live:
@@ -112,6 +113,16 @@ class PenaltiesProcessor(LogitsProcessor):
 
     def _value(self, row: int, name: str, neutral: Any) -> Any:
         return self.param(row, name, neutral)
+
+    def leaves_batch_unchanged(self) -> bool:
+        """True when no row penalises anything: each has an empty window (``penalty_last_n`` 0) or
+        neutral penalties. Skipped steps are counted at the next :meth:`apply`."""
+        if self._unchanged is None:
+            self._unchanged = all(
+                self._value(r, LAST_N.name, LAST_N.neutral) == 0
+                or all(float(self._value(r, p.name, p.neutral)) == p.neutral for p in (REPETITION, FREQUENCY, PRESENCE))
+                for r in range(len(self.rows)))
+        return self._unchanged
 
     def row_parameters(self) -> PenaltyParams:
         """Each row's slot and ``(repetition, frequency, presence)`` (rebuilt when the batch changes)."""

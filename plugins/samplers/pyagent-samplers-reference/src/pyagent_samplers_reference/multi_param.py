@@ -118,6 +118,10 @@ class MultiParamProcessor(LogitsProcessor):
     def is_active(self, values: Mapping[str, Any]) -> bool:
         """True when a row with these parameter values is processed (False leaves it unchanged)."""
 
+    def leaves_batch_unchanged(self) -> bool:
+        """True when no row of the batch is active."""
+        return not self.active_rows()
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Check the logits, then process the active rows (in place); the other rows stay as they are."""
         check_logits(logits, self.vocab_size, self.label, len(self.rows))

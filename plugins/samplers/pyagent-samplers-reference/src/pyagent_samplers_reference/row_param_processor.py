@@ -30,6 +30,7 @@ class RowParamProcessor(LogitsProcessor):
         name = self.request_param.name
         self.request_param.validate(self.options.get(name), f"option of the {name} sampler")
         self._values: list[Any] | None = None
+        self._neutral: bool | None = None
 
     def row_state(self, request: AddedRequest) -> AddedRequest:
         """Validate the request's parameter, then keep the request itself as the row's state."""
@@ -41,7 +42,7 @@ class RowParamProcessor(LogitsProcessor):
         """Apply the batch changes and forget the per-row values when anything changed."""
         super().update_state(update)
         if update is not None:
-            self._values = None
+            self._values = self._neutral = None
 
     def row_values(self) -> list[Any]:
         """The parameter's value for every row of the batch, in row order."""
@@ -50,13 +51,18 @@ class RowParamProcessor(LogitsProcessor):
             self._values = [self.param(row, name, self.neutral) for row in range(len(self.rows))]
         return self._values
 
+    def leaves_batch_unchanged(self) -> bool:
+        """True when every row's value is neutral (remembered until the batch changes)."""
+        if self._neutral is None:
+            self._neutral = all(self.is_neutral(value) for value in self.row_values())
+        return self._neutral
+
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Check the logits, then process the rows whose value is not ``neutral`` (in place)."""
         check_logits(logits, self.vocab_size, f"{self.request_param.name} sampler", len(self.rows))
-        values = self.row_values()
-        if all(self.is_neutral(value) for value in values):
+        if self.leaves_batch_unchanged():
             return logits
-        return self.process(logits, values)
+        return self.process(logits, self.row_values())
 
     def is_neutral(self, value: Any) -> bool:
         """True when ``value`` leaves a row unchanged (default: it equals ``neutral``)."""
