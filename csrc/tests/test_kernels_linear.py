@@ -45,7 +45,13 @@ def _inputs(rows: int, out: int, inner: int, dtype: torch.dtype, seed: int) -> t
     return (torch.randn(rows, inner, generator=gen).to(dtype), torch.randn(out, inner, generator=gen).to(dtype))
 
 
-SHAPES = [(1, 1, 1), (1, 7, 5), (3, 9, 37), (5, 13, 64), (4, 8, 576), (9, 130, 1000), (1, 960, 576), (33, 70, 96)]
+SHAPES = [(1, 1, 1), (1, 7, 5), (3, 9, 37), (5, 13, 64), (4, 8, 576), (9, 130, 1000), (1, 960, 576), (33, 70, 96),
+          (70, 27, 1201)]
+# Rows longer than a slice of the inner dimension (float32: 576, bfloat16: 1152 elements) are summed
+# slice by slice, 64 input rows at a time: 70 rows are 64 + 6 (4-row tiles and a 2-row one), 27
+# weight rows are blocks of 12, 12 and 3 (single-row tiles), and 1201 / 2410 elements end in a short
+# chunk.
+SLICED = [(70, 27, 1201), (67, 13, 2410)]
 
 
 @needs_c
@@ -81,6 +87,21 @@ def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, inner: int, 
     for row in range(rows):
         alone = linear(x[row : row + 1], w, threads=1, backend=backend)  # type: ignore[arg-type]
         assert torch.equal(alone[0], batched[row])
+
+
+@needs_c
+@pytest.mark.parametrize(("rows", "out", "inner"), SLICED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sliced_rows_are_the_same_alone_and_close_to_float64(c_isa: str, rows: int, out: int, inner: int,
+                                                            dtype: torch.dtype) -> None:
+    x, w = _inputs(rows, out, inner, dtype, seed=rows + inner)
+    batched = linear(x, w, out_dtype=torch.float32, threads=2, backend="c")
+    torch.testing.assert_close(batched.double(), x.double() @ w.double().T, atol=1e-4 * inner**0.5, rtol=1e-5)
+    if dtype == torch.bfloat16:
+        assert torch.equal(batched, bf16_reference(x, w))
+    for row in range(rows):
+        alone = linear(x[row : row + 1], w, out_dtype=torch.float32, threads=1, backend="c")
+        assert torch.equal(alone[0], batched[row]), row
 
 
 @needs_c

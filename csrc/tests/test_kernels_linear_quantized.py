@@ -62,10 +62,11 @@ def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
 
 
 # rows <= 4 decode into registers in 4 x 4 tiles, 5 to 16 rows in columns of every row, more rows
-# decode panels; out % 4 != 0 leaves single-row tiles; out > 64 splits the work into chunks for the
-# helper threads.
+# decode panels; out % 4 != 0 leaves single-row tiles; out > 48 splits the work into chunks for the
+# helper threads; rows over 576 float32 (1152 bfloat16) weights are summed in slices, 64 input rows
+# at a time.
 SHAPES = [(1, 1, 32), (1, 7, 96), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536), (16, 5, 64), (17, 3, 96),
-          (33, 6, 160)]
+          (33, 6, 160), (70, 27, 1216)]
 
 
 @needs_c
@@ -77,7 +78,9 @@ def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: i
     for dtype in DTYPES:
         x = torch.randn(rows, inner, generator=gen).to(dtype)
         dense = reference.to(dtype)
-        assert torch.equal(linear(x, weight, backend="c"), linear(x, dense, backend="c")), (c_isa, dtype)
+        batched = linear(x, weight, backend="c")
+        assert torch.equal(batched, linear(x, dense, backend="c")), (c_isa, dtype)
+        assert torch.equal(batched[rows - 1], linear(x[rows - 1 :], weight, backend="c")[0]), (c_isa, dtype)
         if dtype == torch.bfloat16:
             assert torch.equal(linear(x, weight, out_dtype=torch.float32, backend="c"),
                                linear(x, dense, out_dtype=torch.float32, backend="c"))

@@ -6,7 +6,10 @@
  * elements 2j + 1, then of 2j (the order of the AVX-512 BF16 dot-product instruction). A short last
  * chunk is padded with zeros. The lanes are then summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1).
  * Every variant below computes exactly this, whatever the tile shape, so tiling and threads never
- * change a result.
+ * change a result. The AVX-512 tiles sum the lanes of 16 accumulators at once, level by level of
+ * the tree; a block of BLOCK_ROWS weight rows stays in L1 while every input tile passes over it, and
+ * rows too long for that are summed in slices of whole chunks, the accumulators stored between
+ * slices (exactly, so the order and the bits are those of one pass).
  *
  * Block-quantized weights are decoded, a panel of rows at a time, into a dense float32 or bfloat16
  * buffer that the dense tiles then read, so they give the bits of the dense product on the decoded
@@ -36,8 +39,11 @@
 #define LANES 16
 #define MR 4          /* input rows per tile */
 #define NR 4          /* weight rows per tile */
-#define NB 64         /* weight rows kept in cache while every input row passes over them */
-#define PANEL_BYTES (64 * 1024) /* decoded weight rows a worker keeps on its stack */
+#define BLOCK_ROWS 12 /* weight rows kept in L1 while every input tile passes over them */
+#define L1_BYTES (36 * 1024) /* those rows and an input tile, per slice of the inner dimension */
+#define SPILL_ROWS 64 /* input rows whose partial sums a panel keeps between slices */
+#define NB (4 * BLOCK_ROWS) /* weight rows per work item of the helper threads */
+#define PANEL_BYTES (96 * 1024) /* decoded weight rows a worker keeps on its stack */
 #define DIRECT_ROWS 16 /* up to this many input rows, quantized blocks are decoded in registers */
 
 /* ---------------------------------------------------------------------------------------------
@@ -151,7 +157,8 @@ static void decode_bf16_generic(int wtype, const uint8_t *rows, int64_t row_byte
         }
 }
 
-/* Dense weights: the rows in blocks of NB, each block kept in cache while every input row passes. */
+/* Dense weights: the rows in blocks of NB, each block kept in cache while every input row passes
+ * (the AVX-512 panels block them further). */
 static void run_dense(const linear_job *job, int64_t n0, int64_t n1, int worker)
 {
     (void)worker;
@@ -171,8 +178,7 @@ static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int wor
     _Alignas(64) uint8_t stack[PANEL_BYTES];
     uint8_t *buffer = job->scratch != NULL ? job->scratch + (int64_t)worker * job->dense_row * NR : stack;
     int64_t step = job->scratch != NULL ? NR : PANEL_BYTES / job->dense_row;
-    if (step > NR)
-        step -= step % NR;
+    step -= step >= BLOCK_ROWS ? step % BLOCK_ROWS : step > NR ? step % NR : 0;
     for (int64_t nb = n0; nb < n1; nb += step) {
         const int64_t ne = nb + step < n1 ? nb + step : n1;
         job->decode(job->wtype, (const uint8_t *)job->w + nb * job->row_bytes, job->row_bytes, ne - nb, job->in, buffer);
@@ -187,13 +193,37 @@ static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int wor
 #define AVX512 "avx512f,avx512bw,avx512dq,avx512vl"
 #define TILE_INLINE static inline __attribute__((always_inline))
 
-__attribute__((target(AVX512))) TILE_INLINE float reduce512(__m512 v)
+/* One level of the lane tree for the vectors v[0..count) at once: each pair (s, t) becomes one vector
+ * holding both halves' sums, lo + hi in the order of the tree; an odd last vector pairs with itself. */
+#define REDUCE_LEVEL(v, count, lo, hi)                                                              \
+    do {                                                                                               \
+        for (int p = 0; 2 * p < (count); ++p) {                                                        \
+            const __m512 s = (v)[2 * p], t = 2 * p + 1 < (count) ? (v)[2 * p + 1] : s;                 \
+            (v)[p] = _mm512_add_ps(lo, hi);                                                            \
+        }                                                                                              \
+        (count) = ((count) + 1) / 2;                                                                   \
+    } while (0)
+
+/* The lane sums of the n accumulators v[0..n) (n constant after inlining) into sums[0..n), without
+ * one horizontal sum each: the 16 lanes are summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1),
+ * each level on whole vectors, 16 accumulators finishing in one. Lane 4b + c of final vector u then
+ * holds accumulator 16u + 4c + b. Clobbers v. */
+__attribute__((target(AVX512))) TILE_INLINE void reduce_lanes512(__m512 *v, int n, float *sums)
 {
-    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+    int count = n;
+    REDUCE_LEVEL(v, count, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(1, 0, 1, 0)),
+                 _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(3, 2, 3, 2)));
+    REDUCE_LEVEL(v, count, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                 _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+    REDUCE_LEVEL(v, count, _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s), _mm512_castps_pd(t))),
+                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s), _mm512_castps_pd(t))));
+    REDUCE_LEVEL(v, count, _mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                 _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+    float lanes[(n + LANES - 1) / LANES * LANES];
+    for (int u = 0; u < count; ++u)
+        _mm512_storeu_ps(lanes + u * LANES, v[u]);
+    for (int k = 0; k < n; ++k)
+        sums[k] = lanes[k / LANES * LANES + 4 * (k % 4) + k % LANES / 4];
 }
 
 /* One step of the bfloat16 order on 32 elements held as 16 dwords, without the BF16 instruction:
@@ -212,44 +242,66 @@ __attribute__((target(AVX512 ",avx512bf16"))) TILE_INLINE __m512 step_bf16_nativ
     return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
 
-/* DEFINE_TILE(name, isa, elem, per_chunk, mask_t, load_full, load_tail, step, store): an mr x nr tile (compile-time sizes after
- * inlining) of y = x w^T over the whole inner dimension, the tail chunk loaded with a mask. */
+/* Start an mr x nr tile of accumulators at inner element k0: zeros at 0, else the partial sums a
+ * previous slice left in `spill` (row i, column j at spill[i * BLOCK_ROWS + j]). */
+#define TILE_BEGIN(acc, mr, nr, k0, spill)                                                          \
+    for (int i = 0; i < (mr); ++i)                                                                     \
+        for (int j = 0; j < (nr); ++j)                                                                 \
+            (acc)[i][j] = (k0) == 0 ? _mm512_setzero_ps() : (spill)[i * BLOCK_ROWS + j];
+
+/* End a tile at inner element k1: at the end of the row, sum each accumulator's lanes and store the
+ * result at y0 + i * out + j; else keep the partial sums in `spill` for the next slice. */
+#define TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                            \
+    if ((k1) < (job)->in) {                                                                            \
+        for (int i = 0; i < (mr); ++i)                                                                 \
+            for (int j = 0; j < (nr); ++j)                                                             \
+                (spill)[i * BLOCK_ROWS + j] = (acc)[i][j];                                             \
+    } else {                                                                                           \
+        __m512 flat[(mr) * (nr)];                                                                      \
+        float sums[(mr) * (nr)];                                                                       \
+        for (int i = 0; i < (mr); ++i)                                                                 \
+            for (int j = 0; j < (nr); ++j)                                                             \
+                flat[i * (nr) + j] = (acc)[i][j];                                                      \
+        reduce_lanes512(flat, (mr) * (nr), sums);                                                      \
+        for (int i = 0; i < (mr); ++i)                                                                 \
+            for (int j = 0; j < (nr); ++j)                                                             \
+                store(job, (y0) + i * (job)->out + j, sums[i * (nr) + j]);                             \
+    }
+
+/* DEFINE_TILE(name, isa, elem, per_chunk, mask_t, load_full, load_tail, step, store): an mr x nr
+ * tile (compile-time sizes after inlining, up to MR x NR) of y = x w^T over the inner elements
+ * [k0, k1), a slice of whole chunks but for the row's last, whose tail chunk is loaded with a mask. */
 #define DEFINE_TILE(name, isa, elem, per_chunk, mask_t, load_full, load_tail, step, store)          \
     __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
-                                                          const elem *w, int64_t y0, int mr, int nr)  \
+                                                          const elem *w, int64_t y0, int mr, int nr,   \
+                                                          int64_t k0, int64_t k1, __m512 *spill)       \
     {                                                                                                  \
         const int64_t in = job->in;                                                                    \
         __m512 acc[MR][NR];                                                                            \
-        for (int i = 0; i < mr; ++i)                                                                   \
+        TILE_BEGIN(acc, mr, nr, k0, spill)                                                             \
+        int64_t c = k0;                                                                                \
+        for (; c + (per_chunk) <= k1; c += (per_chunk)) {                                              \
+            __m512i wv[NR];                                                                            \
             for (int j = 0; j < nr; ++j)                                                               \
-                acc[i][j] = _mm512_setzero_ps();                                                       \
-        int64_t c = 0;                                                                                 \
-        for (; c + (per_chunk) <= in; c += (per_chunk)) {                                              \
-            __m512i xv[MR], wv[NR];                                                                    \
-            for (int i = 0; i < mr; ++i)                                                               \
-                xv[i] = load_full(x + i * in + c);                                                     \
-            for (int j = 0; j < nr; ++j) {                                                             \
                 wv[j] = load_full(w + j * in + c);                                                     \
-                _mm_prefetch((const char *)(w + (j + nr) * in + c), _MM_HINT_T0);                      \
-            }                                                                                          \
-            for (int i = 0; i < mr; ++i)                                                               \
+            for (int i = 0; i < mr; ++i) {                                                             \
+                const __m512i xv = load_full(x + i * in + c);                                          \
                 for (int j = 0; j < nr; ++j)                                                           \
-                    acc[i][j] = step(acc[i][j], xv[i], wv[j]);                                         \
+                    acc[i][j] = step(acc[i][j], xv, wv[j]);                                            \
+            }                                                                                          \
         }                                                                                              \
-        if (c < in) {                                                                                  \
-            const mask_t mask = (mask_t)((((uint64_t)1) << (in - c)) - 1);                             \
-            __m512i xv[MR], wv[NR];                                                                    \
-            for (int i = 0; i < mr; ++i)                                                               \
-                xv[i] = load_tail(mask, x + i * in + c);                                               \
+        if (c < k1) {                                                                                  \
+            const mask_t mask = (mask_t)((((uint64_t)1) << (k1 - c)) - 1);                             \
+            __m512i wv[NR];                                                                            \
             for (int j = 0; j < nr; ++j)                                                               \
                 wv[j] = load_tail(mask, w + j * in + c);                                               \
-            for (int i = 0; i < mr; ++i)                                                               \
+            for (int i = 0; i < mr; ++i) {                                                             \
+                const __m512i xv = load_tail(mask, x + i * in + c);                                    \
                 for (int j = 0; j < nr; ++j)                                                           \
-                    acc[i][j] = step(acc[i][j], xv[i], wv[j]);                                         \
+                    acc[i][j] = step(acc[i][j], xv, wv[j]);                                            \
+            }                                                                                          \
         }                                                                                              \
-        for (int i = 0; i < mr; ++i)                                                                   \
-            for (int j = 0; j < nr; ++j)                                                               \
-                store(job, y0 + i * job->out + j, reduce512(acc[i][j]));                               \
+        TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                               \
     }
 
 #define LOAD_F32(p) _mm512_castps_si512(_mm512_loadu_ps(p))
@@ -265,40 +317,68 @@ DEFINE_TILE(tile_bf16_emulated, AVX512, uint16_t, 2 * LANES, __mmask32, LOAD_16,
 DEFINE_TILE(tile_bf16_native, AVX512 ",avx512bf16", uint16_t, 2 * LANES, __mmask32, LOAD_16, LOAD_16_TAIL,
             step_bf16_native, store_bf16_result)
 
-/* Every input tile over the weight rows [n0, n1) (a block that stays cached), `w_rows` pointing at
- * row n0. The switch gives the tile function constant sizes so its accumulators live in registers. */
-#define DEFINE_PANEL(name, isa, elem, welem, stride, tile)                                          \
+/* Inner elements per slice for dense rows of `elem_bytes`-wide elements: the whole row when
+ * BLOCK_ROWS weight rows and an input tile fit in L1_BYTES, else equal slices of whole chunks that do. */
+static inline int64_t inner_slice(int64_t in, int64_t elem_bytes, int64_t per_chunk)
+{
+    const int64_t fit = L1_BYTES / ((BLOCK_ROWS + MR) * elem_bytes);
+    if (in <= fit)
+        return in;
+    const int64_t slices = (in + fit - 1) / fit, size = (in + slices - 1) / slices;
+    return (size + per_chunk - 1) / per_chunk * per_chunk;
+}
+
+/* One tile of the panel below: r input rows from m, c weight rows from n (constants for the tile). */
+#define TILE_CALL(tile, r, c)                                                                       \
+    tile(job, x + m * in, w + (n - n0) * stride, m * out + n, r, c, k0, k1,                            \
+         spill + (m - mb) * BLOCK_ROWS + (n - nb))
+
+/* Products of every input row with the weight rows [n0, n1), `w_rows` pointing at row n0 (rows
+ * `row_stride` elements apart), by blocks of BLOCK_ROWS weight rows that stay in L1 while the input
+ * tiles pass over them. A row longer than `slice` elements is summed slice by slice, SPILL_ROWS
+ * input rows at a time, each tile's accumulators kept in `spill` between slices: the same lanes
+ * adding the same chunks in the same order, so no bit changes. The switch gives the tile function
+ * constant sizes so its accumulators live in registers. */
+#define DEFINE_PANEL(name, isa, elem, welem, row_stride, slice, tile)                               \
     __attribute__((target(isa))) static void name(const linear_job *job, const void *w_rows,        \
                                                   int64_t n0, int64_t n1)                              \
     {                                                                                                  \
         const elem *x = job->x;                                                                        \
         const welem *w = w_rows;                                                                       \
-        const int64_t in = job->in, out = job->out;                                                    \
-        for (int64_t m = 0; m < job->rows; m += MR) {                                                  \
-            const int64_t mr = job->rows - m < MR ? job->rows - m : MR;                                \
-            const elem *xm = x + m * in;                                                               \
-            for (int64_t n = n0; n < n1;) {                                                            \
-                const int full = n1 - n >= NR;                                                         \
-                const welem *wn = w + (n - n0) * (stride);                                             \
-                const int64_t yt = m * out + n;                                                        \
-                switch (mr * 2 + full) {                                                               \
-                case 2: tile(job, xm, wn, yt, 1, 1); break;                                            \
-                case 3: tile(job, xm, wn, yt, 1, NR); break;                                           \
-                case 4: tile(job, xm, wn, yt, 2, 1); break;                                            \
-                case 5: tile(job, xm, wn, yt, 2, NR); break;                                           \
-                case 6: tile(job, xm, wn, yt, 3, 1); break;                                            \
-                case 7: tile(job, xm, wn, yt, 3, NR); break;                                           \
-                case 8: tile(job, xm, wn, yt, 4, 1); break;                                            \
-                default: tile(job, xm, wn, yt, 4, NR); break;                                          \
+        const int64_t in = job->in, out = job->out, stride = (row_stride), kc = (slice);               \
+        const int64_t pass = kc < in ? SPILL_ROWS : job->rows;                                         \
+        __m512 spill[SPILL_ROWS * BLOCK_ROWS];                                                         \
+        for (int64_t nb = n0; nb < n1; nb += BLOCK_ROWS) {                                             \
+            const int64_t ne = nb + BLOCK_ROWS < n1 ? nb + BLOCK_ROWS : n1;                            \
+            for (int64_t mb = 0; mb < job->rows; mb += pass) {                                         \
+                const int64_t me = mb + pass < job->rows ? mb + pass : job->rows;                      \
+                for (int64_t k0 = 0; k0 < in; k0 += kc) {                                              \
+                    const int64_t k1 = k0 + kc < in ? k0 + kc : in;                                    \
+                    for (int64_t m = mb; m < me; m += MR) {                                            \
+                        for (int64_t n = nb; n < ne;) {                                                \
+                            const int full = ne - n >= NR;                                             \
+                            switch ((me - m < MR ? me - m : MR) * 2 + full) {                          \
+                            case 2: TILE_CALL(tile, 1, 1); break;                                      \
+                            case 3: TILE_CALL(tile, 1, NR); break;                                     \
+                            case 4: TILE_CALL(tile, 2, 1); break;                                      \
+                            case 5: TILE_CALL(tile, 2, NR); break;                                     \
+                            case 6: TILE_CALL(tile, 3, 1); break;                                      \
+                            case 7: TILE_CALL(tile, 3, NR); break;                                     \
+                            case 8: TILE_CALL(tile, 4, 1); break;                                      \
+                            default: TILE_CALL(tile, 4, NR); break;                                    \
+                            }                                                                          \
+                            n += full ? NR : 1;                                                        \
+                        }                                                                              \
+                    }                                                                                  \
                 }                                                                                      \
-                n += full ? NR : 1;                                                                    \
             }                                                                                          \
         }                                                                                              \
     }
 
-DEFINE_PANEL(panel_f32_avx512, AVX512, float, float, in, tile_f32)
-DEFINE_PANEL(panel_bf16_avx512, AVX512, uint16_t, uint16_t, in, tile_bf16_emulated)
-DEFINE_PANEL(panel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint16_t, in, tile_bf16_native)
+DEFINE_PANEL(panel_f32_avx512, AVX512, float, float, in, inner_slice(in, 4, LANES), tile_f32)
+DEFINE_PANEL(panel_bf16_avx512, AVX512, uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES), tile_bf16_emulated)
+DEFINE_PANEL(panel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES),
+             tile_bf16_native)
 
 /* Round to the nearest bfloat16, ties to even (weights are finite and never subnormal). */
 __attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
@@ -315,14 +395,13 @@ __attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
  * turns a decoded block into them. */
 #define DEFINE_QTILE(name, isa, elem, chunks, load_x, weights, step, store)                         \
     __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
-                                                          const uint8_t *w, int64_t y0, int mr, int nr) \
+                                                          const uint8_t *w, int64_t y0, int mr, int nr, \
+                                                          int64_t k0, int64_t k1, __m512 *spill)       \
     {                                                                                                  \
         const int64_t in = job->in, block_bytes = quant_block_bytes(job->wtype);                       \
         __m512 acc[MR][NR];                                                                            \
-        for (int i = 0; i < mr; ++i)                                                                   \
-            for (int j = 0; j < nr; ++j)                                                               \
-                acc[i][j] = _mm512_setzero_ps();                                                       \
-        for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {                                               \
+        TILE_BEGIN(acc, mr, nr, k0, spill)                                                             \
+        for (int64_t b = k0 / QUANT_BLOCK; b < k1 / QUANT_BLOCK; ++b) {                                \
             __m512i xv[MR][chunks], wv[chunks];                                                        \
             for (int i = 0; i < mr; ++i)                                                               \
                 for (int k = 0; k < (chunks); ++k)                                                     \
@@ -338,9 +417,7 @@ __attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
                         acc[i][j] = step(acc[i][j], xv[i][k], wv[k]);                                  \
             }                                                                                          \
         }                                                                                              \
-        for (int i = 0; i < mr; ++i)                                                                   \
-            for (int j = 0; j < nr; ++j)                                                               \
-                store(job, y0 + i * job->out + j, reduce512(acc[i][j]));                               \
+        TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                               \
     }
 
 #define WEIGHTS_F32(wv, lo, hi) ((wv)[0] = _mm512_castps_si512(lo), (wv)[1] = _mm512_castps_si512(hi))
@@ -352,9 +429,9 @@ DEFINE_QTILE(qtile_f32, AVX512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE
 DEFINE_QTILE(qtile_bf16_emulated, AVX512, uint16_t, 1, LOAD_16, WEIGHTS_BF16, step_bf16_emulated, store_bf16_result)
 DEFINE_QTILE(qtile_bf16_native, AVX512 ",avx512bf16", uint16_t, 1, LOAD_16, WEIGHTS_BF16_NATIVE, step_bf16_native,
              store_bf16_result)
-DEFINE_PANEL(qpanel_f32_avx512, AVX512, float, uint8_t, job->row_bytes, qtile_f32)
-DEFINE_PANEL(qpanel_bf16_avx512, AVX512, uint16_t, uint8_t, job->row_bytes, qtile_bf16_emulated)
-DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->row_bytes, qtile_bf16_native)
+DEFINE_PANEL(qpanel_f32_avx512, AVX512, float, uint8_t, job->row_bytes, in, qtile_f32)
+DEFINE_PANEL(qpanel_bf16_avx512, AVX512, uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_emulated)
+DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_native)
 
 /* A column of one quantized weight row against mr (compile-time after inlining, up to DIRECT_ROWS)
  * input rows, the inputs read from memory: each block is decoded once for all of them, which for
@@ -380,8 +457,10 @@ DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->r
                     acc[i] = step(acc[i], load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks))), \
                                   wv[k]);                                                              \
         }                                                                                              \
+        float sums[DIRECT_ROWS];                                                                       \
+        reduce_lanes512(acc, mr, sums);                                                                \
         for (int i = 0; i < mr; ++i)                                                                   \
-            store(job, n + i * job->out, reduce512(acc[i]));                                           \
+            store(job, n + i * job->out, sums[i]);                                                     \
     }
 
 DEFINE_QCOLUMN(qcolumn_f32, AVX512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE_F32)
