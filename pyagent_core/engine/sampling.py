@@ -171,20 +171,22 @@ class SamplerChain:
         """Draw one token per request; ``logits[i]`` belongs to ``requests[i]``.
 
         Rows are rearranged to the stable row order the samplers know, processed and selected.
-        Processors that leave the whole batch unchanged are skipped.
+        Processors that leave the whole batch unchanged are skipped; for an all-greedy batch in
+        that order already with no processor left, the greedy selector reads ``logits`` itself.
         """
         update = self.rows.update(requests)
         for sampler in (*self.processors, self.greedy, self.random):
             sampler.update_state(update)
-        order = {id(r): i for i, r in enumerate(requests)}
-        index = torch.tensor([order[id(r)] for r in self.rows.rows], dtype=torch.long)
-        batch = logits.index_select(0, index).float()
+        position = {id(r): i for i, r in enumerate(requests)}
+        order = [position[id(r)] for r in self.rows.rows]
         greedy = [r.params.greedy for r in self.rows.rows]
+        processors = _changing(self.processors[:self.greedy_prefix] if all(greedy) else self.processors)
+        in_order = all(greedy) and not processors and order == list(range(len(order)))
+        batch = (logits if in_order else logits.index_select(0, torch.tensor(order))).float()
+        batch = apply_processors(processors, batch)
         if all(greedy):
-            batch = apply_processors(_changing(self.processors[:self.greedy_prefix]), batch)
             chosen = self.greedy.select(batch)
         else:
-            batch = apply_processors(_changing(self.processors), batch)
             chosen = torch.where(torch.tensor(greedy), self.greedy.select(batch), self.random.select(batch))
         tokens = chosen.tolist()
         by_request = {id(r): tokens[i] for i, r in enumerate(self.rows.rows)}
