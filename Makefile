@@ -36,6 +36,7 @@ bench: install
 	$(BIN)/python csrc/benchmarks/bench_sampling.py --out benchmarks/results/kernels_sampling.json
 	$(BIN)/python benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
 	$(BIN)/python csrc/benchmarks/bench_attention.py --out benchmarks/results/attention.json
+	$(BIN)/python csrc/benchmarks/bench_linear.py --out benchmarks/results/linear.json
 	$(BIN)/pyagent bench engine --out benchmarks/results/engine.json
 	$(BIN)/pyagent bench samplers --out benchmarks/results/samplers.json
 	$(BIN)/pyagent bench kvcache --out benchmarks/results/kvcache.json

@@ -243,7 +243,9 @@ class Engine:
     def _verify_drafts(self, sampled: list[Request], logits: torch.Tensor, now: float) -> list[RequestOutput]:
         """Verify this step's drafts (see :mod:`pyagent_core.engine.speculative`) and append what each emits."""
         assert self.speculative is not None
-        emitted = self.speculative.verify(sampled, logits, self.sampler, mask=self.structured.apply_masks)
+        constrained = any(self.structured.params_of(r) is not None for r in sampled)
+        emitted = self.speculative.verify(sampled, logits, self.sampler,
+                                          mask=self.structured.apply_masks if constrained else None)
         outputs = []
         for request, tokens in zip(sampled, emitted, strict=True):
             self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)

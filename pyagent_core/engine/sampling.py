@@ -167,6 +167,26 @@ class SamplerChain:
         """Names of the samplers in chain order (processors, then the two selectors)."""
         return [s.backend.name for s in self.selections]
 
+    def _sync(self, requests: Sequence[Request]) -> None:
+        """Make the rows hold ``requests`` and tell every sampler what changed."""
+        update = self.rows.update(requests)
+        for sampler in (*self.processors, self.greedy, self.random):
+            sampler.update_state(update)
+
+    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int] | None:
+        """The greedy token of every row of ``logits`` when sampling ``requests`` is a plain argmax
+        (every request greedy, and no processor would change a row: see ``leaves_batch_unchanged``),
+        else None.
+
+        That holds until the batch changes, whatever the requests generate, so ``logits`` may hold
+        any number of rows per request - verification chooses every draft position at once.
+        """
+        self._sync(requests)
+        if not all(r.params.greedy for r in requests) or _changing(self.processors[:self.greedy_prefix]):
+            return None
+        tokens: list[int] = self.greedy.select(logits.float()).tolist()
+        return tokens
+
     def sample(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
         """Draw one token per request; ``logits[i]`` belongs to ``requests[i]``.
 
@@ -174,9 +194,7 @@ class SamplerChain:
         Processors that leave the whole batch unchanged are skipped; for an all-greedy batch in
         that order already with no processor left, the greedy selector reads ``logits`` itself.
         """
-        update = self.rows.update(requests)
-        for sampler in (*self.processors, self.greedy, self.random):
-            sampler.update_state(update)
+        self._sync(requests)
         position = {id(r): i for i, r in enumerate(requests)}
         order = [position[id(r)] for r in self.rows.rows]
         greedy = [r.params.greedy for r in self.rows.rows]

@@ -310,6 +310,19 @@ def _node_child(draft: DraftTree | None, node: int, token: int) -> int | None:
     return None
 
 
+def _walk(request: Request, chosen: Sequence[int], offset: int) -> list[int]:
+    """Walk ``request.draft`` with the token chosen at each of its rows (``chosen[offset]``: after
+    its last real token, ``chosen[offset + 1 + i]``: after node ``i``); return the emitted tokens
+    and set ``request.accepted_nodes``."""
+    request.accepted_nodes = []
+    emitted, node = [chosen[offset]], ROOT
+    while (child := _node_child(request.draft, node, emitted[-1])) is not None:
+        request.accepted_nodes.append(child)
+        emitted.append(chosen[offset + 1 + child])
+        node = child
+    return emitted
+
+
 def _positive_draft_length(_instance: object, _attribute: object, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise RequestError(f"num_draft_tokens must be a positive integer, got {value!r}; "
@@ -433,13 +446,18 @@ class SpeculativeDecoder:
         ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
         then the nodes), in order. ``mask(requests, logits)`` (the grammar bitmask) is applied to
         the first depth only: requests under a grammar get no drafts, so they never reach a second.
-        Sets ``request.accepted_nodes``; leaves the output lists as they were.
+        Without a mask, when the chain is a plain argmax for the batch (``SamplerChain.greedy_rows``),
+        every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
+        leaves the output lists as they were.
         """
         offsets, row = [], 0
         for request in sampled:
             offsets.append(row)
             row += 1 + (0 if request.draft is None else len(request.draft))
         self._verified_rows = row
+        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits)
+        if chosen is not None:
+            return [_walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
         current = [ROOT] * len(sampled)
         active = [True] * len(sampled)
         emitted: list[list[int]] = [[] for _ in sampled]
@@ -450,7 +468,7 @@ class SpeculativeDecoder:
             while any(active):
                 rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
                         for i in range(len(sampled))]
-                batch = logits.index_select(0, torch.tensor(rows))
+                batch = logits if rows == list(range(len(logits))) else logits.index_select(0, torch.tensor(rows))
                 if mask is not None and not emitted[0]:
                     mask(sampled, batch)
                 tokens = sampler.sample(sampled, batch)

@@ -177,6 +177,10 @@ class NoResidual:
             node = matches[0]
         return {draft.token_ids[c] for c in draft.children(node)}
 
+    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> None:
+        """Never a plain argmax: the requests here sample."""
+        return None
+
     def sample(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
         """One token per row, as above."""
         first = self.chain.sample(requests, logits.clone())

@@ -82,6 +82,25 @@ def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
     assert tokens == [2]
 
 
+def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    chain = SamplerChain(get_registry(), VOCAB)
+    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB)
+    calls: list[int] = []
+    sample = chain.sample
+    monkeypatch.setattr(chain, "sample", lambda requests, logits: calls.append(1) or sample(requests, logits))
+    tree = DraftTree([0, 2, 1, 2], [-1, -1, 1, 2])  # token 0 is rejected at the root; 2 -> 1 -> 2 is the argmax path
+    plain = Request("plain", [0], SamplingParams(temperature=0.0))
+    biased = Request("biased", [0], SamplingParams(temperature=0.0, extra={"logit_bias": {1: -10.0}}))
+    for request in (plain, biased):
+        request.draft = tree
+    rows = torch.cat([LOGITS[:1], LOGITS[:1], LOGITS[1:]])  # row 1 + i follows node i; node 0's row is never read
+    (tokens,) = decoder.verify([plain], rows.clone(), chain)
+    assert (tokens, plain.accepted_nodes, calls) == ([2, 1, 2, 0], [1, 2, 3], [])  # one argmax over every row
+    (tokens,) = decoder.verify([biased], rows.clone(), chain)
+    assert (tokens, biased.accepted_nodes) == ([2, 3], [1]) and calls  # the bias makes 3 row 2's choice
+
+
 def test_tree_mask_lets_nodes_see_their_ancestors_only() -> None:
     class Chunk:
         def __init__(self, draft: DraftTree | None, num_tokens: int) -> None:
