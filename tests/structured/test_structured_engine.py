@@ -200,3 +200,26 @@ def test_masks_touch_constrained_rows_only(llm):
     finally:
         structured.release(bound)
 
+
+
+def test_speculation_serves_constrained_and_drafted_requests_in_one_batch(llm, registry):
+    """A constrained request gets no drafts and keeps its mask; the other request beside it is drafted
+    for and still generates what it generates without speculation."""
+    from pyagent_core.engine.core import Engine
+    from pyagent_core.engine.speculative import SpeculativeConfig
+
+    copy_prompt = llm.encode("Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat", chat=True)[0]
+    choice_prompt = llm.encode("What is the capital of France?", chat=True)[0]
+    plain = SamplingParams(max_tokens=24, temperature=0)
+    outputs = {}
+    for speculative in (None, SpeculativeConfig(proposer="ngram")):
+        engine = Engine(llm.loaded, registry=registry, speculative=speculative)
+        free = engine.add_request(copy_prompt, plain)
+        choice = engine.add_request(choice_prompt, constrained(ConstraintSpec(choice=CITIES), "test-choice"))
+        while engine.has_unfinished():
+            engine.step()
+        outputs[speculative is None] = (list(free.output_token_ids), llm.tokenizer.decode(choice.output_token_ids[:-1]))
+        if speculative is not None:
+            assert engine.speculative is not None and engine.speculative.stats.num_drafts > 0
+        engine.close()
+    assert outputs[False] == outputs[True] and outputs[True][1] in CITIES
