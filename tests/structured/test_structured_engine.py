@@ -208,7 +208,7 @@ def test_speculation_serves_constrained_and_drafted_requests_in_one_batch(llm, r
     from pyagent_core.engine.core import Engine
     from pyagent_core.engine.speculative import SpeculativeConfig
 
-    copy_prompt = llm.encode("Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat", chat=True)[0]
+    copy_prompt = llm.encode("Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat", chat=True)[0]
     choice_prompt = llm.encode("What is the capital of France?", chat=True)[0]
     plain = SamplingParams(max_tokens=24, temperature=0)
     outputs = {}
