@@ -173,6 +173,13 @@ class SamplerChain:
         for sampler in (*self.processors, self.greedy, self.random):
             sampler.update_state(update)
 
+    def _active(self, greedy: Sequence[bool]) -> list[LogitsProcessor]:
+        """The processors to run for rows with these greedy flags: an all-greedy batch stops after
+        the last one that can change an argmax; processors that leave the batch unchanged
+        (``leaves_batch_unchanged``) are skipped."""
+        chain = self.processors[:self.greedy_prefix] if all(greedy) else self.processors
+        return [p for p in chain if not p.leaves_batch_unchanged()]
+
     def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int] | None:
         """The greedy token of every row of ``logits`` when sampling ``requests`` is a plain argmax
         (every request greedy, and no processor would change a row: see ``leaves_batch_unchanged``),
@@ -182,7 +189,8 @@ class SamplerChain:
         any number of rows per request - verification chooses every draft position at once.
         """
         self._sync(requests)
-        if not all(r.params.greedy for r in requests) or _changing(self.processors[:self.greedy_prefix]):
+        greedy = [r.params.greedy for r in requests]
+        if not all(greedy) or self._active(greedy):
             return None
         tokens: list[int] = self.greedy.select(logits.float()).tolist()
         return tokens
@@ -198,19 +206,14 @@ class SamplerChain:
         position = {id(r): i for i, r in enumerate(requests)}
         order = [position[id(r)] for r in self.rows.rows]
         greedy = [r.params.greedy for r in self.rows.rows]
-        processors = _changing(self.processors[:self.greedy_prefix] if all(greedy) else self.processors)
-        in_order = all(greedy) and not processors and order == list(range(len(order)))
+        all_greedy, processors = all(greedy), self._active(greedy)
+        in_order = all_greedy and not processors and order == list(range(len(order)))
         batch = (logits if in_order else logits.index_select(0, torch.tensor(order))).float()
         batch = apply_processors(processors, batch)
-        if all(greedy):
+        if all_greedy:
             chosen = self.greedy.select(batch)
         else:
             chosen = torch.where(torch.tensor(greedy), self.greedy.select(batch), self.random.select(batch))
         tokens = chosen.tolist()
         by_request = {id(r): tokens[i] for i, r in enumerate(self.rows.rows)}
         return [by_request[id(r)] for r in requests]
-
-
-def _changing(processors: Sequence[LogitsProcessor]) -> list[LogitsProcessor]:
-    """The processors that may change a row of the current batch (see ``leaves_batch_unchanged``)."""
-    return [p for p in processors if not p.leaves_batch_unchanged()]

@@ -178,7 +178,10 @@ static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int wor
     _Alignas(64) uint8_t stack[PANEL_BYTES];
     uint8_t *buffer = job->scratch != NULL ? job->scratch + (int64_t)worker * job->dense_row * NR : stack;
     int64_t step = job->scratch != NULL ? NR : PANEL_BYTES / job->dense_row;
-    step -= step >= BLOCK_ROWS ? step % BLOCK_ROWS : step > NR ? step % NR : 0;
+    if (step >= BLOCK_ROWS) /* whole blocks of rows that stay in L1, else whole tiles */
+        step -= step % BLOCK_ROWS;
+    else if (step > NR)
+        step -= step % NR;
     for (int64_t nb = n0; nb < n1; nb += step) {
         const int64_t ne = nb + step < n1 ? nb + step : n1;
         job->decode(job->wtype, (const uint8_t *)job->w + nb * job->row_bytes, job->row_bytes, ne - nb, job->in, buffer);

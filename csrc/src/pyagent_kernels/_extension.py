@@ -129,12 +129,31 @@ class PreparedCall(NamedTuple):
     tensors: tuple[Any, ...]
 
 
+def run_call(function: Callable[..., int], arguments: tuple[Any, ...], kernel: str) -> None:
+    """Call a C kernel (or a prepared fallback); KernelError if it returns a failure status."""
+    rc = function(*arguments)
+    if rc:
+        check_status(rc, kernel)
+
+
 def run_prepared(calls: Iterable[PreparedCall]) -> None:
     """Run prepared calls in order; KernelError if a C kernel fails."""
     for function, arguments, kernel, _ in calls:
-        rc = function(*arguments)
-        if rc:
-            check_status(rc, kernel)
+        run_call(function, arguments, kernel)
+
+
+def torch_call(kernel: str, compute: Callable[[], Any], outs: tuple[Any, ...],
+               tensors: tuple[Any, ...]) -> PreparedCall:
+    """A prepared call that runs a torch fallback: ``compute()`` returns the result (a tensor, or a
+    tuple of them), copied into ``outs`` (one buffer per result); ``tensors`` as in :class:`PreparedCall`."""
+
+    def run() -> int:
+        results = compute()
+        for out, result in zip(outs, results if isinstance(results, tuple) else (results,), strict=True):
+            out.copy_(result)
+        return 0
+
+    return PreparedCall(run, (), kernel, tensors)
 
 
 def _isa_names(ffi: Any, lib: Any) -> list[str]:

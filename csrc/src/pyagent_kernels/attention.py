@@ -150,6 +150,13 @@ class PagedLayout:
         for name, tensor in (("k", k), ("v", v)):
             check_tensor(tensor, name, dtypes=(kv_cache.dtype,), shape=(self.num_tokens, num_kv_heads, head_size))
 
+    def _check_values(self, num_blocks: int, block_size: int) -> None:
+        """Raise KernelArgumentError for metadata values that do not fit a cache of ``num_blocks``
+        blocks of ``block_size`` positions."""
+        error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
+        if error is not None:
+            raise error
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, *, scale: float,
                backend: Backend = "auto", threads: int = 1) -> torch.Tensor:
         """:func:`paged_attention` of one layer's tensors with this metadata."""
@@ -162,9 +169,7 @@ class PagedLayout:
         _, num_blocks, block_size, num_kv_heads, head_size = kv_cache.shape
         ext = _extension.c_extension(backend, "paged_attention")
         if ext is None:
-            error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
-            if error is not None:
-                raise error
+            self._check_values(num_blocks, block_size)
             return paged_attention_torch(q, k, v, kv_cache, *self.metadata, float(scale), self.tree_mask)
         ffi, lib = ext.ffi, ext.lib
         out = torch.empty_like(q)
@@ -177,8 +182,6 @@ class PagedLayout:
         )
         if rc:
             if rc in (lib.PAK_EPARAM, lib.PAK_EINDEX):
-                error = paged_metadata_error(num_blocks, block_size, *self.metadata, self.tree_mask)
-                if error is not None:
-                    raise error
+                self._check_values(num_blocks, block_size)
             _extension.check_status(rc, "paged_attention")
         return out

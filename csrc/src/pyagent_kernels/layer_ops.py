@@ -98,10 +98,7 @@ def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: 
     if ext is None:
         return add_rms_norm_torch(hidden, weight, eps, delta)
     out = torch.empty_like(hidden)
-    function, arguments = _norm_call(ext, hidden, weight, eps, delta, out)
-    rc = function(*arguments)
-    if rc:
-        _extension.check_status(rc, "add_rms_norm")
+    _extension.run_call(*_norm_call(ext, hidden, weight, eps, delta, out), "add_rms_norm")
     return out
 
 
@@ -115,11 +112,8 @@ def prepare_add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float,
                    {"hidden": hidden, "weight": weight} | ({} if delta is None else {"delta": delta}))
     ext = _extension.c_extension(backend, "add_rms_norm")
     if ext is None:
-        def fallback() -> int:
-            out.copy_(add_rms_norm_torch(hidden, weight, eps, delta))
-            return 0
-
-        return PreparedCall(fallback, (), "add_rms_norm", (hidden, weight, delta, out))
+        return _extension.torch_call("add_rms_norm", lambda: add_rms_norm_torch(hidden, weight, eps, delta), (out,),
+                                     (hidden, weight, delta, out))
     return PreparedCall(*_norm_call(ext, hidden, weight, eps, delta, out), "add_rms_norm",
                         (hidden, weight, delta, out))
 
@@ -169,10 +163,7 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     tokens = qkv.shape[0]
     q = qkv.new_empty((tokens, heads, dim))
     k, v = qkv.new_empty((tokens, kv_heads, dim)), qkv.new_empty((tokens, kv_heads, dim))
-    function, arguments = _rope_call(ext, qkv, cos, sin, q, k, v)
-    rc = function(*arguments)
-    if rc:
-        _extension.check_status(rc, "rope_split")
+    _extension.run_call(*_rope_call(ext, qkv, cos, sin, q, k, v), "rope_split")
     return q, k, v
 
 
@@ -189,12 +180,8 @@ def prepare_rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, 
     check_separate("rope_split", {"q": q, "k": k, "v": v}, {"qkv": qkv, "cos": cos, "sin": sin})
     ext = _extension.c_extension(backend, "rope_split")
     if ext is None:
-        def fallback() -> int:
-            for buffer, result in zip(out, rope_split_torch(qkv, cos, sin, heads, kv_heads, dim), strict=True):
-                buffer.copy_(result)
-            return 0
-
-        return PreparedCall(fallback, (), "rope_split", (qkv, cos, sin, *out))
+        return _extension.torch_call("rope_split", lambda: rope_split_torch(qkv, cos, sin, heads, kv_heads, dim), out,
+                                     (qkv, cos, sin, *out))
     return PreparedCall(*_rope_call(ext, qkv, cos, sin, q, k, v), "rope_split", (qkv, cos, sin, *out))
 
 
@@ -222,10 +209,7 @@ def silu_mul(gate_up: torch.Tensor, *, backend: Backend = "auto") -> torch.Tenso
     if ext is None:
         return silu_mul_torch(gate_up)
     out = gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
-    function, arguments = _silu_call(ext, gate_up, out)
-    rc = function(*arguments)
-    if rc:
-        _extension.check_status(rc, "silu_mul")
+    _extension.run_call(*_silu_call(ext, gate_up, out), "silu_mul")
     return out
 
 
@@ -237,9 +221,5 @@ def prepare_silu_mul(gate_up: torch.Tensor, out: torch.Tensor, *, backend: Backe
     check_separate("silu_mul", {"out": out}, {"gate_up": gate_up})
     ext = _extension.c_extension(backend, "silu_mul")
     if ext is None:
-        def fallback() -> int:
-            out.copy_(silu_mul_torch(gate_up))
-            return 0
-
-        return PreparedCall(fallback, (), "silu_mul", (gate_up, out))
+        return _extension.torch_call("silu_mul", lambda: silu_mul_torch(gate_up), (out,), (gate_up, out))
     return PreparedCall(*_silu_call(ext, gate_up, out), "silu_mul", (gate_up, out))

@@ -133,10 +133,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype
     if ext is None:
         return _torch(x, weight, out_dtype)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=out_dtype)
-    function, arguments = _c_call(ext, x, weight, out, threads)
-    rc = function(*arguments)
-    if rc:
-        _extension.check_status(rc, "linear")
+    _extension.run_call(*_c_call(ext, x, weight, out, threads), "linear")
     return out
 
 
@@ -161,9 +158,5 @@ def prepare_linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out:
     out_dtype, threads = _settings(x, out.dtype, threads)
     ext = _extension.c_extension(backend, "linear")
     if ext is None:
-        def fallback() -> int:
-            out.copy_(_torch(x, weight, out_dtype))
-            return 0
-
-        return PreparedCall(fallback, (), "linear", (x, weight, out))
+        return _extension.torch_call("linear", lambda: _torch(x, weight, out_dtype), (out,), (x, weight, out))
     return PreparedCall(*_c_call(ext, x, weight, out, threads), "linear", (x, weight, out))
