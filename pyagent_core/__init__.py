@@ -17,7 +17,7 @@ from pyagent_core.types import (
     ToolParserSpec,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AttentionSpec",

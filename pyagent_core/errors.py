@@ -91,10 +91,6 @@ class ConfigError(PyagentError):
     """A configuration file or environment variable could not be read or has a bad value."""
 
 
-class KernelError(PyagentError, RuntimeError):
-    """A C kernel rejected its arguments or returned an error code."""
-
-
 class ScaffoldError(PyagentError):
     """``pyagent new-plugin`` could not create the requested plugin."""
 

@@ -8,16 +8,18 @@ Registration hooks receive a ``register`` callback and call it once per backend 
 record from :mod:`pyagent_core.types`. They must not import the backend's implementation or heavy
 libraries (torch, the grammar library...): they run every time plugins are listed.
 
-Lifecycle hooks are called by the reference engine; their return values are ignored.
+Lifecycle hooks are called by an engine (pyagent-engine's, or another host's) with frozen records
+from :mod:`pyagent_core.records`; their return values are ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 
+from pyagent_core.records import DoctorCheck, EngineInfo, RequestInfo, StepStats
 from pyagent_core.types import (
     AttentionSpec,
     EvictionSpec,
@@ -124,14 +126,18 @@ def pyagent_register_reasoning_parsers(register: Callable[[ReasoningParserSpec],
 
 
 # --- engine lifecycle ----------------------------------------------------------------------------
+#
+# An engine fires these with frozen snapshots (pyagent_core.records), never with its own objects.
+# Each plugin's implementation runs in isolation: one that raises is reported with a warning and the
+# engine goes on.
 
 
 @hookspec
-def pyagent_engine_started(engine: Any) -> None:
-    """Called once after the engine has loaded its model and selected its backends.
+def pyagent_engine_started(engine: EngineInfo) -> None:
+    """Called once after an engine has loaded its model and selected its backends.
 
     Args:
-        engine: the engine object; read its configuration, do not mutate it.
+        engine: the engine's model, sizes and chosen backends.
 
     Returns:
         Nothing. Not ``firstresult``.
@@ -139,11 +145,11 @@ def pyagent_engine_started(engine: Any) -> None:
 
 
 @hookspec
-def pyagent_engine_stopped(engine: Any) -> None:
-    """Called once when the engine shuts down, after the last request has finished.
+def pyagent_engine_stopped(engine: EngineInfo) -> None:
+    """Called once when an engine shuts down, after its last request has finished.
 
     Args:
-        engine: the engine object.
+        engine: the engine that stopped.
 
     Returns:
         Nothing. Not ``firstresult``.
@@ -151,12 +157,12 @@ def pyagent_engine_stopped(engine: Any) -> None:
 
 
 @hookspec
-def pyagent_request_added(engine: Any, request: Any) -> None:
-    """Called when a request enters the waiting queue.
+def pyagent_request_added(engine: EngineInfo, request: RequestInfo) -> None:
+    """Called when a request has been validated and queued.
 
     Args:
-        engine: the engine object.
-        request: the request (id, prompt token ids, sampling parameters).
+        engine: the engine that took the request.
+        request: the request as queued (id, prompt token ids, sampling parameters, arrival time).
 
     Returns:
         Nothing. Not ``firstresult``.
@@ -164,13 +170,14 @@ def pyagent_request_added(engine: Any, request: Any) -> None:
 
 
 @hookspec
-def pyagent_request_finished(engine: Any, request: Any, reason: str) -> None:
+def pyagent_request_finished(engine: EngineInfo, request: RequestInfo, reason: str) -> None:
     """Called when a request finishes, successfully or not.
 
     Args:
-        engine: the engine object.
-        request: the finished request, with its output token ids.
-        reason: why it finished: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"``.
+        engine: the engine that ran the request.
+        request: the finished request, with every output token id and its timing.
+        reason: why it finished: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"``
+            (``request.error`` then says what went wrong).
 
     Returns:
         Nothing. Not ``firstresult``.
@@ -178,13 +185,13 @@ def pyagent_request_finished(engine: Any, request: Any, reason: str) -> None:
 
 
 @hookspec
-def pyagent_step_finished(engine: Any, stats: Mapping[str, Any]) -> None:
+def pyagent_step_finished(engine: EngineInfo, stats: StepStats) -> None:
     """Called after every engine step.
 
     Args:
-        engine: the engine object.
-        stats: the step's statistics (scheduled requests and tokens, timings, cache and
-            speculative-decoding counters); read-only.
+        engine: the engine that ran the step.
+        stats: what the step scheduled and computed, the cache and speculative-decoding counters of
+            this step, and its wall time.
 
     Returns:
         Nothing. Not ``firstresult``.
@@ -204,3 +211,18 @@ def pyagent_register_commands(app: typer.Typer) -> None:
     Returns:
         Nothing. Not ``firstresult``. Keep the hook's module light: it runs on every CLI start.
     """
+
+
+@hookspec
+def pyagent_doctor_checks() -> list[DoctorCheck]:
+    """Report what ``pyagent doctor`` should show about this plugin's environment.
+
+    Args:
+        None.
+
+    Returns:
+        A list of :class:`~pyagent_core.records.DoctorCheck` rows (compiled kernels, a model file,
+        a library version...). Not ``firstresult``: every plugin's rows are shown. Keep it cheap:
+        ``pyagent doctor`` must stay fast and must not import torch.
+    """
+    raise NotImplementedError  # a specification: plugins implement it

@@ -229,14 +229,23 @@ class Registry:
         Returns ``(plugin name, exception)`` for each implementation that raised; the others
         still run. The engine uses this for lifecycle hooks and the CLI for command hooks.
         """
+        return self.gather_hook(hook, **kwargs)[1]
+
+    def gather_hook(self, hook: str, **kwargs: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Exception]]]:
+        """Call every plugin's implementation of ``hook`` in isolation and collect what each returned.
+
+        Returns ``(results, failures)``: ``(plugin name, result)`` for each implementation that
+        returned something other than ``None``, and ``(plugin name, exception)`` for each that raised.
+        """
         self.load_plugins()
-        failures = []
+        results: list[tuple[str, Any]] = []
+        failures: list[tuple[str, Exception]] = []
         for plugin_name, caller in self._isolated_callers(hook):
             try:
-                caller(**kwargs)
+                results.extend((plugin_name, result) for result in caller(**kwargs))
             except Exception as exc:
                 failures.append((plugin_name, exc))
-        return failures
+        return results, failures
 
     def _collect(self, kind: Kind) -> None:
         for plugin_name, caller in self._isolated_callers(kind.hook):

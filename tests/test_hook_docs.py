@@ -12,8 +12,8 @@ from pyagent_core import hookspecs
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = sorted(name for name in vars(hookspecs) if name.startswith("pyagent_"))
 DOCS = (ROOT / "docs" / "hooks.md").read_text(encoding="utf-8")
-TESTS = {p: p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py")
-         if p.name != Path(__file__).name}
+TESTS = {p: p.read_text(encoding="utf-8") for folder in ("tests", "engine/tests")
+         for p in (ROOT / folder).rglob("test_*.py") if p.name != Path(__file__).name}
 
 
 def signature(name: str) -> str:
@@ -24,7 +24,7 @@ def signature(name: str) -> str:
 
 
 def test_there_is_a_hook_per_kind_plus_lifecycle_and_cli():
-    assert len(HOOKS) == 13
+    assert len(HOOKS) == 14
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -41,7 +41,7 @@ def test_hookspec_docstring_states_arguments_return_and_firstresult(hook):
 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_hook_has_a_test(hook):
-    assert any(hook in text for text in TESTS.values()), f"no test under tests/ mentions {hook}"
+    assert any(hook in text for text in TESTS.values()), f"no test under tests/ or engine/tests/ mentions {hook}"
 
 
 def test_docs_mention_no_removed_hooks():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import attrs
 import pytest
 
 from pyagent_core import (
@@ -16,6 +17,7 @@ from pyagent_core import (
     ToolParserSpec,
     hookimpl,
 )
+from pyagent_core.records import DoctorCheck, EngineInfo, RequestInfo, StepStats
 from pyagent_core.registry import Registry
 
 RECORDS = {
@@ -78,6 +80,11 @@ class Recorder:
     def pyagent_register_commands(self, app):
         self.calls.append(("pyagent_register_commands", {"app": app}))
 
+    @hookimpl
+    def pyagent_doctor_checks(self):
+        self.calls.append(("pyagent_doctor_checks", {}))
+        return [DoctorCheck("recorder", True, "fine")]
+
 
 class Exploder:
     """Raises from every lifecycle hook."""
@@ -90,16 +97,29 @@ class Exploder:
     def pyagent_step_finished(self, engine, stats):
         raise RuntimeError("boom")
 
+    @hookimpl
+    def pyagent_doctor_checks(self):
+        raise RuntimeError("boom")
+
+
+ENGINE = EngineInfo(engine_id="engine-9", model="m.gguf", architecture="llama", dtype="float32", vocab_size=8,
+                    max_model_len=64, block_size=16, num_kv_blocks=4, max_num_seqs=2, max_num_batched_tokens=32,
+                    backends={"attention": "paged"})
+REQUEST = RequestInfo(request_id="r1", prompt_token_ids=[1, 2], output_token_ids=[3], params={"top_k": 4})
+STATS = StepStats(num_scheduled_tokens=3, num_prefill_tokens=2, num_decode_tokens=1, num_running=1, num_waiting=0,
+                  num_preempted=0, kv_blocks_free=3, kv_blocks_total=4)
+
 
 @pytest.mark.parametrize(
     ("hook", "kwargs"),
     [
-        ("pyagent_engine_started", {"engine": "E"}),
-        ("pyagent_engine_stopped", {"engine": "E"}),
-        ("pyagent_request_added", {"engine": "E", "request": "R"}),
-        ("pyagent_request_finished", {"engine": "E", "request": "R", "reason": "stop"}),
-        ("pyagent_step_finished", {"engine": "E", "stats": {"tokens": 3}}),
+        ("pyagent_engine_started", {"engine": ENGINE}),
+        ("pyagent_engine_stopped", {"engine": ENGINE}),
+        ("pyagent_request_added", {"engine": ENGINE, "request": REQUEST}),
+        ("pyagent_request_finished", {"engine": ENGINE, "request": REQUEST, "reason": "stop"}),
+        ("pyagent_step_finished", {"engine": ENGINE, "stats": STATS}),
         ("pyagent_register_commands", {"app": "APP"}),
+        ("pyagent_doctor_checks", {}),
     ],
 )
 def test_lifecycle_hooks_reach_every_plugin_despite_a_failing_one(hook, kwargs):
@@ -111,3 +131,18 @@ def test_lifecycle_hooks_reach_every_plugin_despite_a_failing_one(hook, kwargs):
         assert [(name, str(exc)) for name, exc in failures] == [("bad", "boom")]
     else:
         assert failures == []
+
+
+def test_records_are_frozen_snapshots():
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        REQUEST.output_token_ids = (9,)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        REQUEST.params["top_k"] = 5  # type: ignore[index]
+    assert REQUEST.prompt_token_ids == (1, 2) and ENGINE.backends["attention"] == "paged"
+
+
+def test_gather_hook_returns_each_plugins_rows_and_isolates_a_failing_one():
+    registry = Registry(environ={}, entry_points=[], plugins=[("bad", Exploder()), ("rec", Recorder())])
+    results, failures = registry.gather_hook("pyagent_doctor_checks")
+    assert results == [("rec", [DoctorCheck("recorder", True, "fine")])]
+    assert [(name, str(exc)) for name, exc in failures] == [("bad", "boom")]

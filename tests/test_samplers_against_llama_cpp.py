@@ -8,12 +8,12 @@ import ctypes
 import numpy as np
 import pytest
 import torch
+
+from pyagent_core.testing.sampler import run_processor
 from pyagent_samplers_llamacpp.xtc import XtcProcessor
 from pyagent_samplers_truncation.dynatemp import DynamicTemperatureProcessor
 from pyagent_samplers_truncation.top_n_sigma import TopNSigmaProcessor
 from pyagent_samplers_truncation.typical import TypicalProcessor
-
-from pyagent_core.testing.sampler import run_processor
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyagent_kernels
 import torch
+
+import pyagent_kernels
 from pyagent_attention_paged.backend import PagedAttention
 from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
-
 from pyagent_core.testing.attention import Shape, make_batch
 
 HEADS, KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 9, 3, 64, 16

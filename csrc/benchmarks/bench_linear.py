@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from pyagent_kernels.linear import linear
 from pyagent_kernels.quantized import QuantizedWeight
 

@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pyagent_kernels
 import torch
+
+import pyagent_kernels
 from pyagent_kernels import Backend
 from pyagent_kernels.sampling import apply_sampling_mask
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pyagent_kernels
 import pytest
+
+import pyagent_kernels
 
 
 def _supported_isas() -> list[str]:

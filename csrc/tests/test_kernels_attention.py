@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyagent_kernels
 import pytest
 import torch
+
+import pyagent_kernels
+from pyagent_core.testing.attention import TOLERANCES, Batch, Shape, make_batch, reference_attention
 from pyagent_kernels import Backend, KernelArgumentError
 from pyagent_kernels.attention import paged_attention
-
-from pyagent_core.testing.attention import TOLERANCES, Batch, Shape, make_batch, reference_attention
 
 COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")

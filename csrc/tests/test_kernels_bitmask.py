@@ -6,11 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import Backend, KernelArgumentError
 from pyagent_kernels.grammar import apply_token_bitmask
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
-import pyagent_kernels
 import pytest
 import torch
+
+import pyagent_kernels
 from pyagent_kernels import KernelArgumentError
 from pyagent_kernels._gumbel_torch import log_poly
 from pyagent_kernels.gumbel import gumbel_sample, to_signed64

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 
-import pyagent_kernels
 import pytest
 import torch
+
+import pyagent_kernels
 from pyagent_kernels import Backend, KernelArgumentError
 from pyagent_kernels.gumbel import GumbelStreams, gumbel_sample
 from pyagent_kernels.sampling import KeptTokens, SamplingParams, apply_sampling_mask

@@ -4,11 +4,12 @@ float64 references, the torch fallbacks, every ISA variant giving the same bits,
 from __future__ import annotations
 
 import numpy as np
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import Backend, KernelArgumentError, run_prepared
 from pyagent_kernels.layer_ops import (
     add_rms_norm,

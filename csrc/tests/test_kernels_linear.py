@@ -4,11 +4,12 @@ summation order, batch invariance of C and torch, and argument errors."""
 from __future__ import annotations
 
 import numpy as np
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import Backend, KernelArgumentError, run_prepared
 from pyagent_kernels.linear import linear, prepare_linear
 

@@ -5,13 +5,14 @@ buffers, any thread count) bit-identical to the dense product with those values.
 from __future__ import annotations
 
 import numpy as np
-import pyagent_kernels
 import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import KernelArgumentError, run_prepared
 from pyagent_kernels.linear import linear, prepare_linear
 from pyagent_kernels.quantized import FORMATS, QuantizedWeight

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import random
 
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import KernelArgumentError
 from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, apply_penalties, update_penalty_counts
 

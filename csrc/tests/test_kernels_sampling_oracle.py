@@ -7,11 +7,12 @@ import math
 from typing import Any
 
 import numpy as np
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import Backend
 from pyagent_kernels.sampling import apply_sampling_mask
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from array import array
 from typing import Any, NamedTuple
 
-import pyagent_kernels
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels.errors import KernelArgumentError
 from pyagent_kernels.spec_decode import (
     Draft,

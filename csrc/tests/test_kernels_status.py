@@ -8,9 +8,10 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-import pyagent_kernels
 import pytest
 import torch
+
+import pyagent_kernels
 from pyagent_kernels import KernelArgumentError, KernelFallbackWarning, KernelUnavailableError, _extension
 from pyagent_kernels.grammar import apply_token_bitmask
 from pyagent_kernels.sampling import apply_sampling_mask

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import pyagent_kernels
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import pyagent_kernels
 from pyagent_kernels import Backend, KernelArgumentError
 from pyagent_kernels.sampling import apply_sampling_mask
 

@@ -1,5 +1,7 @@
 """The ``pyagent`` command line: list, explain, select, check and scaffold backends.
 
+The core's commands need no engine. Other distributions add theirs through the
+``pyagent_register_commands`` hook (pyagent-engine adds ``generate``, ``chat`` and ``bench``).
 Importing this package loads neither torch nor any backend; commands that need them import
 them inside their bodies.
 """
@@ -10,7 +12,7 @@ import sys
 
 import typer
 
-from pyagent_core.cli import bench, doctor, generate, listing, new_plugin, parse, selection
+from pyagent_core.cli import doctor, listing, new_plugin, parse, selection
 from pyagent_core.cli.output import error
 from pyagent_core.errors import PyagentError
 
@@ -21,23 +23,32 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for module in (listing, selection, generate, doctor, new_plugin, parse):
+for module in (listing, selection, doctor, new_plugin, parse):
     module.register(app)
-app.add_typer(bench.app, name="bench")
 
 
-def _add_plugin_commands() -> None:
-    from pyagent_core.registry import get_registry
+_plugin_commands_added = False
 
-    for plugin, exc in get_registry().call_hook("pyagent_register_commands", app=app):
-        error(f"plugin {plugin!r} failed to add its commands: {type(exc).__name__}: {exc}")
+
+def full_app() -> typer.Typer:
+    """The command line with every installed plugin's commands (``pyagent_register_commands``), added once.
+
+    A plugin whose hook raises is reported on stderr; the other commands still work.
+    """
+    global _plugin_commands_added
+    if not _plugin_commands_added:
+        from pyagent_core.registry import get_registry
+
+        _plugin_commands_added = True
+        for plugin, exc in get_registry().call_hook("pyagent_register_commands", app=app):
+            error(f"plugin {plugin!r} failed to add its commands: {type(exc).__name__}: {exc}")
+    return app
 
 
 def main() -> None:
     """Console entry point: run the app, printing pyagent errors without a traceback."""
     try:
-        _add_plugin_commands()
-        app()
+        full_app()()
     except PyagentError as exc:
         error(str(exc))
         sys.exit(2)

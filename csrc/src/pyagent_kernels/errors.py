@@ -1,14 +1,17 @@
 """Exceptions and warnings raised by pyagent-kernels.
 
-Every kernel error derives from :class:`pyagent_core.errors.KernelError`; bad arguments also derive
-from :class:`ValueError`. Messages say what was wrong, with which value, and what to do.
+Every kernel error derives from :class:`KernelError`; bad arguments also derive from
+:class:`ValueError`. Messages say what was wrong, with which value, and what to do. This library
+imports nothing from pyagent: engines and plugins catch these classes where they call a kernel.
 """
 
 from __future__ import annotations
 
-from pyagent_core.errors import KernelError
-
 __all__ = ["KernelArgumentError", "KernelError", "KernelFallbackWarning", "KernelUnavailableError"]
+
+
+class KernelError(RuntimeError):
+    """A C kernel rejected its arguments or returned an error code."""
 
 
 class KernelArgumentError(KernelError, ValueError):

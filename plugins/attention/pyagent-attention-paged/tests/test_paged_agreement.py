@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import attrs
-import pyagent_kernels
 import pytest
 import torch
-from pyagent_attention_paged.backend import PagedAttention
-from pyagent_kernels.attention import paged_attention
 
+import pyagent_kernels
+from pyagent_attention_paged.backend import PagedAttention
 from pyagent_core.testing.attention import TOLERANCES, Shape, make_batch
+from pyagent_kernels.attention import paged_attention
 
 pytestmark = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="pyagent_kernels._C is not built")
 

@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 import pyagent_kernels
 from pyagent_attention_paged.backend import PagedAttention
 from pyagent_attention_paged.plugin import SPEC
-
 from pyagent_core.testing.attention import AttentionConformance
 
 

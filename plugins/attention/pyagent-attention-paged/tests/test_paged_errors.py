@@ -5,8 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
-from pyagent_attention_paged.backend import PagedAttention
 
+from pyagent_attention_paged.backend import PagedAttention
 from pyagent_core.testing.attention import Batch, Shape, make_batch
 
 

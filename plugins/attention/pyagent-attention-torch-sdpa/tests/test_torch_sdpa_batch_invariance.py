@@ -11,8 +11,8 @@ import itertools
 import attrs
 import pytest
 import torch
-from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
 
+from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
 from pyagent_core.interfaces.attention import AttentionMetadata
 from pyagent_core.testing.attention import TOLERANCES, Batch, Shape, make_batch, reference_attention
 

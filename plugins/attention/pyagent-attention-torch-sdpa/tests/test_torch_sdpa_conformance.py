@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 
 from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
 from pyagent_attention_torch_sdpa.plugin import SPEC
-
 from pyagent_core.testing.attention import AttentionConformance
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
-from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
 
+from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
 from pyagent_core.testing.attention import TOLERANCES, Batch, Shape, make_batch, reference_attention
 
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

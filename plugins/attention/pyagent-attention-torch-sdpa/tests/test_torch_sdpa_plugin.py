@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pluggy
+
 from pyagent_attention_torch_sdpa import plugin
 from pyagent_attention_torch_sdpa.backend import TorchSdpaAttention
-
 from pyagent_core import hookspecs
 from pyagent_core.config import Settings
 from pyagent_core.registry import Registry

@@ -4,13 +4,13 @@ whitespace cases added; and the JSONSchemaBench sample."""
 from __future__ import annotations
 
 import pytest
-from pyagent_grammar_guidance.backend import GuidanceBackend
-from pyagent_grammar_guidance.plugin import SPEC
 
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
-from pyagent_core.testing.grammar_corpus import SchemaCorpusConformance
 from pyagent_core.testing.grammar_reference import ARITHMETIC_ACCEPTED, ARITHMETIC_GBNF, ARITHMETIC_LARK
+from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
+from pyagent_grammar_guidance.backend import GuidanceBackend
+from pyagent_grammar_guidance.plugin import SPEC
 
 ARITHMETIC_REJECTED = ("", "1+", "(1", "1 +2", "a")
 

@@ -6,10 +6,9 @@ import importlib.metadata
 import subprocess
 import sys
 
-from pyagent_grammar_guidance import plugin
-
 from pyagent_core.lazy import import_impl
 from pyagent_core.types import GrammarSpec
+from pyagent_grammar_guidance import plugin
 
 
 def test_entry_point_names_the_plugin_module() -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pyagent_grammar_guidance.backend import GuidanceBackend
-
 from pyagent_core.testing.grammar_reference import REGEX_AND_CHOICE_CASES, GrammarReferenceConformance, arithmetic_case
+from pyagent_grammar_guidance.backend import GuidanceBackend
 
 
 class TestGuidanceBackendReference(GrammarReferenceConformance):

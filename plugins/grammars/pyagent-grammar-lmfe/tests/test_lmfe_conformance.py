@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pyagent_grammar_lmfe.backend import LmfeBackend, unenforced_keywords
-from pyagent_grammar_lmfe.plugin import SPEC
 
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
-from pyagent_core.testing.grammar_corpus import SchemaCorpusConformance
+from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
+from pyagent_grammar_lmfe.backend import LmfeBackend, unenforced_keywords
+from pyagent_grammar_lmfe.plugin import SPEC
 
 
 class TestLmfe(GrammarConformance):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pyagent_grammar_lmfe.backend import LmfeBackend
-
 from pyagent_core.testing.grammar_reference import REGEX_AND_CHOICE_CASES, GrammarReferenceConformance
+from pyagent_grammar_lmfe.backend import LmfeBackend
 
 
 class TestLmfeBackendReference(GrammarReferenceConformance):

@@ -3,13 +3,12 @@ whitespace cases added; and the JSONSchemaBench sample."""
 
 from __future__ import annotations
 
-from pyagent_grammar_xgrammar.backend import XGrammarBackend
-from pyagent_grammar_xgrammar.plugin import SPEC
-
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
-from pyagent_core.testing.grammar_corpus import SchemaCorpusConformance
 from pyagent_core.testing.grammar_reference import ARITHMETIC_ACCEPTED, ARITHMETIC_GBNF, ARITHMETIC_LARK
+from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
+from pyagent_grammar_xgrammar.backend import XGrammarBackend
+from pyagent_grammar_xgrammar.plugin import SPEC
 
 ARITHMETIC_REJECTED = ("", "1+", "(1", "1 +2", "a")
 TOOL_TAG = {"structures": [{"begin": "<f>", "schema": {"type": "object", "properties": {"a": {"type": "integer"}},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pyagent_core.testing.eviction import EvictionConformance
 from pyagent_kvcache_policies.arc import ArcPolicy
 from pyagent_kvcache_policies.cost_aware import CostAwarePolicy
 from pyagent_kvcache_policies.fifo import FifoPolicy
@@ -13,8 +14,6 @@ from pyagent_kvcache_policies.plugin import SPECS
 from pyagent_kvcache_policies.s3fifo import S3FifoPolicy
 from pyagent_kvcache_policies.slru import SlruPolicy
 from pyagent_kvcache_policies.turn_aware import TurnAwarePolicy
-
-from pyagent_core.testing.eviction import EvictionConformance
 
 SPEC = {spec.name: spec for spec in SPECS}
 

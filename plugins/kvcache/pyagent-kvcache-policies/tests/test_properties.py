@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_kvcache_policies.arc import ArcPolicy
-from pyagent_kvcache_policies.plugin import SPECS
 
 from pyagent_core.errors import EvictionError
 from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
-from pyagent_core.kvcache.pool import PrefixCachePool
-from pyagent_core.kvcache.trace import BlockTrace
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
+from pyagent_engine.kvcache.pool import PrefixCachePool
+from pyagent_engine.kvcache.trace import BlockTrace
+from pyagent_kvcache_policies.arc import ArcPolicy
+from pyagent_kvcache_policies.plugin import SPECS
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 NAMES = [spec.name for spec in SPECS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 from pyagent_samplers_constraints import plugin
 from pyagent_samplers_constraints.bans import (
     AllowedTokensProcessor,
@@ -11,8 +12,6 @@ from pyagent_samplers_constraints.bans import (
     SuppressTokensProcessor,
 )
 from pyagent_samplers_constraints.logit_bias import LogitBiasProcessor
-
-from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 
 SPECS = registered_sampler_specs(plugin.pyagent_register_samplers)
 BAD_ID_LISTS = ([-1], [1.5], "5", [64], [True])

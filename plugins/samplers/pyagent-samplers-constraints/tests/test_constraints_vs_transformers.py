@@ -7,6 +7,9 @@ import random
 
 import pytest
 import torch
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.testing.sampler import ROW_PATTERNS, make_row
 from pyagent_samplers_constraints.bans import (
     AllowedTokensProcessor,
     BadWordsProcessor,
@@ -15,9 +18,6 @@ from pyagent_samplers_constraints.bans import (
     SuppressTokensProcessor,
 )
 from pyagent_samplers_constraints.logit_bias import LogitBiasProcessor
-
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
-from pyagent_core.testing.sampler import ROW_PATTERNS, make_row
 
 lp = pytest.importorskip("transformers.generation.logits_process")
 

@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from pyagent_samplers_gumbel import plugin
-from pyagent_samplers_gumbel.selector import GumbelSelector
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
+from pyagent_samplers_gumbel import plugin
+from pyagent_samplers_gumbel.selector import GumbelSelector
 
 SPECS: list[SamplerSpec] = []
 plugin.pyagent_register_samplers(register=SPECS.append)
@@ -56,11 +56,10 @@ def test_masked_row_raises() -> None:
 def test_kept_tokens_from_the_fused_mask_change_nothing(backend: str) -> None:
     """The chain's fused mask records each row's kept tokens; selecting from them alone gives the
     tokens a scan of every row gives, step after step."""
+    from pyagent_engine.fused_mask import apply_processors
     from pyagent_kernels.sampling import KeptTokens
     from pyagent_samplers_reference.temperature import TemperatureProcessor
     from pyagent_samplers_reference.top_k import TopKProcessor
-
-    from pyagent_core.engine.fused_mask import apply_processors
 
     vocab, seeds = 2000, [5, 6, None]
     params = [{"top_k": 20, "temperature": 0.7, "seed": s} for s in seeds]

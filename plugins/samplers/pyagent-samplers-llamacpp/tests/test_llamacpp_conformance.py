@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 from pyagent_samplers_llamacpp import plugin
 from pyagent_samplers_llamacpp.dry import DryProcessor
 from pyagent_samplers_llamacpp.mirostat import MirostatProcessor
 from pyagent_samplers_llamacpp.xtc import XtcProcessor
-
-from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 
 SPECS = registered_sampler_specs(plugin.pyagent_register_samplers)
 

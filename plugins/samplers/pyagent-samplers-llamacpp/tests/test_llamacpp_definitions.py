@@ -9,12 +9,12 @@ import numpy as np
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pyagent_samplers_llamacpp.dry import DryProcessor
-from pyagent_samplers_llamacpp.mirostat import MirostatProcessor
-from pyagent_samplers_llamacpp.xtc import XtcProcessor
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
 from pyagent_core.testing.sampler import run_processor
+from pyagent_samplers_llamacpp.dry import DryProcessor
+from pyagent_samplers_llamacpp.mirostat import MirostatProcessor
+from pyagent_samplers_llamacpp.xtc import XtcProcessor
 
 
 def probs(logits: torch.Tensor) -> list[float]:

@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from pyagent_samplers_penalties import plugin
-from pyagent_samplers_penalties.processor import PenaltiesProcessor
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
+from pyagent_samplers_penalties import plugin
+from pyagent_samplers_penalties.processor import PenaltiesProcessor
 
 SPECS: list[SamplerSpec] = []
 plugin.pyagent_register_samplers(register=SPECS.append)

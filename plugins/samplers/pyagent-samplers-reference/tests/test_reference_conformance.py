@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from pyagent_core.testing.sampler import SamplerConformance
+from pyagent_core.types import SamplerSpec
 from pyagent_samplers_reference import plugin
 from pyagent_samplers_reference.greedy import GreedySelector
 from pyagent_samplers_reference.multinomial import MultinomialSelector
 from pyagent_samplers_reference.temperature import TemperatureProcessor
 from pyagent_samplers_reference.top_k import TopKProcessor
 from pyagent_samplers_reference.top_p import TopPProcessor
-
-from pyagent_core.testing.sampler import SamplerConformance
-from pyagent_core.types import SamplerSpec
 
 
 def registered_specs() -> dict[str, SamplerSpec]:

@@ -6,13 +6,13 @@ import math
 
 import pytest
 import torch
-from pyagent_samplers_reference import plugin
-from pyagent_samplers_reference.min_p import MinPProcessor
 from transformers import MinPLogitsWarper
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
+from pyagent_samplers_reference import plugin
+from pyagent_samplers_reference.min_p import MinPProcessor
 
 SPECS: list[SamplerSpec] = []
 plugin.pyagent_register_samplers(register=SPECS.append)

@@ -9,10 +9,6 @@ import sys
 import pluggy
 import pytest
 import torch
-from pyagent_samplers_reference import plugin
-from pyagent_samplers_reference.temperature import TemperatureProcessor
-from pyagent_samplers_reference.top_k import TopKProcessor
-from pyagent_samplers_reference.top_p import TopPProcessor
 
 from pyagent_core import hookspecs
 from pyagent_core.errors import OptionError
@@ -20,6 +16,10 @@ from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsPro
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
 from pyagent_core.types import SamplerSpec
+from pyagent_samplers_reference import plugin
+from pyagent_samplers_reference.temperature import TemperatureProcessor
+from pyagent_samplers_reference.top_k import TopKProcessor
+from pyagent_samplers_reference.top_p import TopPProcessor
 
 
 def registered() -> dict[str, SamplerSpec]:

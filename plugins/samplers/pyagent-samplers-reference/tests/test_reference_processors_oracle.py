@@ -11,11 +11,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
 from pyagent_samplers_reference.temperature import TemperatureProcessor
 from pyagent_samplers_reference.top_k import TopKProcessor
 from pyagent_samplers_reference.top_p import TopPProcessor
-
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
 
 NEG_INF = float("-inf")
 # Cumulative masses closer than this to top_p are decided by float32 rounding; the oracle accepts

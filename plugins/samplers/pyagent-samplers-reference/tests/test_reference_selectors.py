@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from pyagent_samplers_reference.greedy import GreedySelector
-from pyagent_samplers_reference.multinomial import MultinomialSelector
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind
+from pyagent_samplers_reference.greedy import GreedySelector
+from pyagent_samplers_reference.multinomial import MultinomialSelector
 
 NEG_INF = float("-inf")
 LOGITS = [2.0, 1.0, 0.5, 0.0, -1.0, NEG_INF]

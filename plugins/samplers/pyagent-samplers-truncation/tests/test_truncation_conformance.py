@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 from pyagent_samplers_truncation import plugin
 from pyagent_samplers_truncation.cutoffs import EpsilonProcessor, EtaProcessor
 from pyagent_samplers_truncation.dynatemp import DynamicTemperatureProcessor
 from pyagent_samplers_truncation.top_n_sigma import TopNSigmaProcessor
 from pyagent_samplers_truncation.typical import TypicalProcessor
-
-from pyagent_core.testing.sampler import SamplerConformance, registered_sampler_specs
 
 SPECS = registered_sampler_specs(plugin.pyagent_register_samplers)
 BAD_NUMBERS = (-0.1, float("nan"), float("inf"), "0.5", True)

@@ -8,13 +8,13 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.testing.sampler import run_processor
 from pyagent_samplers_reference.temperature import TemperatureProcessor
 from pyagent_samplers_truncation.dynatemp import DynamicTemperatureProcessor
 from pyagent_samplers_truncation.top_n_sigma import TopNSigmaProcessor
 from pyagent_samplers_truncation.typical import TypicalProcessor
-
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
-from pyagent_core.testing.sampler import run_processor
 
 finite_rows = st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=2, max_size=40)
 masked_rows = st.lists(st.one_of(st.floats(-30, 30, width=32), st.just(-math.inf)), min_size=2, max_size=40).filter(

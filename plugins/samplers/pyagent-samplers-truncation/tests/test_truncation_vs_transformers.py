@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pyagent_samplers_truncation.cutoffs import EpsilonProcessor, EtaProcessor
-from pyagent_samplers_truncation.typical import TypicalProcessor
 
 from pyagent_core.testing.sampler import ROW_PATTERNS, make_row, run_processor
+from pyagent_samplers_truncation.cutoffs import EpsilonProcessor, EtaProcessor
+from pyagent_samplers_truncation.typical import TypicalProcessor
 
 logits_process = pytest.importorskip("transformers.generation.logits_process")
 

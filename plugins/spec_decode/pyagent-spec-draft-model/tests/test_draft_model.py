@@ -6,16 +6,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+
+from pyagent_core.errors import RequestError
+from pyagent_core.options import validate_options
+from pyagent_engine.engine import Engine
+from pyagent_engine.models.embedded import find_embedded_gguf
+from pyagent_engine.models.loader import load_model
+from pyagent_engine.params import SamplingParams
+from pyagent_engine.speculative import SpeculativeConfig
 from pyagent_spec_draft_model.plugin import SPEC
 from pyagent_spec_draft_model.proposer import DraftModelProposer, tokenizer_mismatch
-
-from pyagent_core.engine.core import Engine
-from pyagent_core.engine.params import SamplingParams
-from pyagent_core.engine.speculative import SpeculativeConfig
-from pyagent_core.errors import RequestError
-from pyagent_core.models.embedded import find_embedded_gguf
-from pyagent_core.models.loader import load_model
-from pyagent_core.options import validate_options
 
 PROMPTS = ("Write a haiku about the sea.", "List three prime numbers.")
 MAX_TOKENS = 12

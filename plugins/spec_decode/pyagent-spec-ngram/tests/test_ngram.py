@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_spec_ngram.plugin import SPEC
-from pyagent_spec_ngram.proposer import NgramProposer
 
 from pyagent_core.errors import OptionError
 from pyagent_core.interfaces.proposer import ProposerRequest
 from pyagent_core.testing.proposer import ProposerConformance
+from pyagent_spec_ngram.plugin import SPEC
+from pyagent_spec_ngram.proposer import NgramProposer
 
 
 class TestNgram(ProposerConformance):

@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyagent_kernels.spec_decode import PRIOR_RATES, TokenIndex
-from pyagent_spec_suffix.plugin import SPEC
-from pyagent_spec_suffix.proposer import SuffixProposer
 
 from pyagent_core.interfaces.proposer import DraftTree, ProposerRequest
 from pyagent_core.testing.proposer import ProposerConformance
+from pyagent_kernels.spec_decode import PRIOR_RATES, TokenIndex
+from pyagent_spec_suffix.plugin import SPEC
+from pyagent_spec_suffix.proposer import SuffixProposer
 
 
 class TestSuffix(ProposerConformance):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pyagent_reasoning_parsers import parser, plugin
-
 from pyagent_core.testing.reasoning_parser import ReasoningCase as Case
 from pyagent_core.testing.reasoning_parser import ReasoningParserConformance
 from pyagent_core.types import ReasoningParserSpec
+from pyagent_reasoning_parsers import parser, plugin
 
 
 def registered() -> dict[str, ReasoningParserSpec]:

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from fixtures import CASES, TOOLS
-from pyagent_tool_parsers import parser, plugin
 
 from pyagent_core.interfaces.tool_parser import ToolParser
 from pyagent_core.testing.tool_parser import ToolParserCase, ToolParserConformance
 from pyagent_core.types import ToolParserSpec
+from pyagent_tool_parsers import parser, plugin
 
 
 def registered() -> dict[str, ToolParserSpec]:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from fixtures import ADD, PARIS, TOOLS
-from pyagent_tool_parsers import formats, parser, plugin
 
-from pyagent_core.benchmarks.parsers import DEFAULT_DATA, load_bfcl
 from pyagent_core.errors import RequestError
 from pyagent_core.lazy import import_impl
 from pyagent_core.parsing import build_message_parser, detect_tool_parser
 from pyagent_core.testing.streaming import merge_deltas
 from pyagent_core.types import ToolParserSpec
+from pyagent_engine.benchmarks.parsers import DEFAULT_DATA, load_bfcl
+from pyagent_tool_parsers import formats, parser, plugin
 
 VLLM_NAMES = {"hermes", "llama3_json", "pythonic", "mistral", "qwen3_coder", "deepseek_v3", "deepseek_v31", "granite",
               "internlm", "jamba", "kimi_k2", "glm45", "xlam", "phi4_mini_json", "minimax_m2", "gpt-oss"}

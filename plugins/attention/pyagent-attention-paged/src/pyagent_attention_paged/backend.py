@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyagent_kernels
 import torch
-from pyagent_kernels.attention import PagedLayout
 
+import pyagent_kernels
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_kernels.attention import PagedLayout
 
 
 class PagedAttention(AttentionBackend):

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
 from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamRow
 from pyagent_samplers_reference.token_params import check_in_vocab
 

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
+
+from pyagent_samplers_constraints.params import LOGIT_BIAS
 from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck
 from pyagent_samplers_reference.precision import working_dtype
 from pyagent_samplers_reference.token_params import bias_items, check_in_vocab
-
-from pyagent_samplers_constraints.params import LOGIT_BIAS
 
 
 class LogitBiasProcessor(MultiParamProcessor):

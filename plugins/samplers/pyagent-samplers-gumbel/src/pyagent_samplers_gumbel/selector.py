@@ -9,10 +9,10 @@ from typing import Any
 
 import attrs
 import torch
-from pyagent_kernels.gumbel import GumbelStreams, to_signed64
-from pyagent_kernels.sampling import KeptTokens
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, TokenSelector
+from pyagent_kernels.gumbel import GumbelStreams, to_signed64
+from pyagent_kernels.sampling import KeptTokens
 
 OWNER = "gumbel sampler"
 MAX_SEED = 2**64 - 1
@@ -68,7 +68,7 @@ class GumbelSelector(TokenSelector):
         """One ``int64`` token id per row; each row's step advances by one.
 
         ``kept``: the tokens the fused mask recorded for these logits (see
-        ``pyagent_core.engine.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
+        ``pyagent_engine.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
         of a scan of the vocabulary, with the same choice.
         """
         rows = len(self.rows)

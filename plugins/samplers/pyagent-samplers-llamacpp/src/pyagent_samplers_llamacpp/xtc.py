@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck, ParamRow
-from pyagent_samplers_reference.precision import working_dtype
 
 from pyagent_samplers_llamacpp.params import SEED, XTC_PROBABILITY, XTC_THRESHOLD
+from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck, ParamRow
+from pyagent_samplers_reference.precision import working_dtype
 
 # Mixed into a request's seed so that XTC's coin flips do not reuse the token draws' random stream.
 SEED_SALT = 0x5851F42D4C957F2D

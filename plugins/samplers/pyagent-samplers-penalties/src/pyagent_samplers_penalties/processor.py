@@ -14,9 +14,9 @@ from typing import Any
 
 import attrs
 import torch
-from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, update_penalty_counts
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, update_penalty_counts
 from pyagent_samplers_penalties.params import FREQUENCY, LAST_N, PARAMS, PRESENCE, REPETITION
 
 OWNER = "penalties sampler"

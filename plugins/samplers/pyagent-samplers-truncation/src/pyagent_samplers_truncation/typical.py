@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
+
 from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck
 from pyagent_samplers_reference.precision import working_dtype
-
 from pyagent_samplers_truncation.params import TYPICAL_P
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_core.engine.core import Engine, EngineConfig
-from pyagent_core.engine.params import SamplingParams
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
-from pyagent_core.models.loader import LoadedModel, load_model
+from pyagent_engine.engine import Engine, EngineConfig
+from pyagent_engine.models.loader import LoadedModel, load_model
+from pyagent_engine.params import SamplingParams
 
 
 def tokenizer_mismatch(target: LoadedModel, draft: LoadedModel) -> str | None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_kernels.spec_decode import Drafter, draft_params
-
 from pyagent_core.errors import OptionError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_kernels.spec_decode import Drafter, draft_params
 
 
 class NgramProposer(Proposer):

@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_kernels.spec_decode import Drafter, draft_params
-
 from pyagent_core.errors import OptionError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_kernels.spec_decode import Drafter, draft_params
 
 DEFAULTS: dict[str, Any] = {
     "max_depth": 32, "min_match": 1, "max_tokens": 16, "max_hits": 64, "spec_factor": 3.0,

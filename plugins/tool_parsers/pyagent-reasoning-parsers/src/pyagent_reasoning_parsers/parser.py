@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from pyagent_core.errors import OptionError
+from pyagent_core.interfaces.reasoning_parser import ReasoningParser
+from pyagent_reasoning_parsers import think
 from pyagent_tool_parsers.engine.emitter import Emitter, ToolSet
 from pyagent_tool_parsers.engine.harmony import for_reasoning, harmony_program
 from pyagent_tool_parsers.engine.machine import Run, Streaming
 from pyagent_tool_parsers.engine.source import Source, Wait
-
-from pyagent_core.errors import OptionError
-from pyagent_core.interfaces.reasoning_parser import ReasoningParser
-from pyagent_reasoning_parsers import think
 
 Program = Callable[[Source, Emitter], Wait[None]]
 

@@ -11,6 +11,7 @@ closing its thinking). A block that is never closed is all reasoning; without an
 from __future__ import annotations
 
 import attrs
+
 from pyagent_tool_parsers.engine.emitter import Emitter
 from pyagent_tool_parsers.engine.source import Source, Wait, skip_space, starts_with, stream_until
 

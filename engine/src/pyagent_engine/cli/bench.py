@@ -1,0 +1,356 @@
+"""``pyagent bench``: benchmarks that compare against a named peer in the same run.
+
+``startup`` times a cold ``pyagent list --json`` (every installed plugin discovered and listed)
+against ``python -c pass`` (the interpreter floor) and ``python -c "import torch"`` (what listing
+would cost if it imported torch), each in a fresh process.
+
+``engine`` measures generation on the embedded model against Hugging Face transformers (and
+llama.cpp when it is installed); the measuring lives in :mod:`pyagent_engine.benchmarks.engine`.
+
+``kvcache`` replays a block trace through every installed eviction policy and Belady's MIN
+(:mod:`pyagent_engine.benchmarks.kvcache`), LRU being the peer.
+
+``prefix-cache`` times the first token of requests sharing a long system prompt with the prefix cache
+on against off (:mod:`pyagent_engine.benchmarks.prefix_cache`).
+
+``samplers`` times the default sampler chain per token with the C kernels, their torch fallbacks
+and transformers' LogitsProcessorList (:mod:`pyagent_engine.benchmarks.samplers`).
+
+``grammars`` measures structured output: compile and mask times per backend, the engine's per-token
+overhead over the backend called directly, and constrained against unconstrained generation
+(:mod:`pyagent_engine.benchmarks.grammar_e2e`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pyagent_core.cli.output import print_json, print_table
+
+app = typer.Typer(help="Benchmarks against a named peer, reported as ratios.", no_args_is_help=True)
+OutOpt = Annotated[Path | None, typer.Option(help="Write the results as JSON to this file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def save_or_print_json(report: dict[str, Any], out: Path | None, json_out: bool) -> bool:
+    """Write ``report`` to ``out`` (if given); print it as JSON and return True when ``json_out``."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if json_out:
+        print_json(report)
+    return json_out
+
+
+def _time_command(argv: list[str], repeat: int) -> list[float]:
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        runs.append(time.perf_counter() - start)
+    return runs
+
+
+@app.command("startup")
+def startup(
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per command (the median is reported).")] = 10,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cold-start wall time of `pyagent list --json` against `python -c pass` and `import torch`."""
+    python = sys.executable
+    pyagent = str(Path(python).with_name("pyagent"))
+    if not os.path.exists(pyagent):
+        pyagent_argv = [python, "-m", "pyagent_core.cli", "list", "--json"]
+    else:
+        pyagent_argv = [pyagent, "list", "--json"]
+    commands = {
+        "python -c pass": [python, "-c", "pass"],
+        "pyagent list --json": pyagent_argv,
+        "python -c 'import torch'": [python, "-c", "import torch"],
+    }
+    _time_command(commands["pyagent list --json"], 1)  # warm the file system cache once
+    results: dict[str, dict[str, Any]] = {}
+    for label, argv in commands.items():
+        runs = _time_command(argv, repeat)
+        results[label] = {"median_s": statistics.median(runs), "min_s": min(runs), "runs": runs}
+    listing = results["pyagent list --json"]["median_s"]
+    report = {
+        "benchmark": "startup",
+        "repeat": repeat,
+        "results": results,
+        "ratio_list_to_python": listing / results["python -c pass"]["median_s"],
+        "ratio_list_to_import_torch": listing / results["python -c 'import torch'"]["median_s"],
+    }
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"cold start, median of {repeat} runs", ["command", "median ms", "min ms", "vs pyagent list"],
+        [(label, f"{r['median_s'] * 1e3:.1f}", f"{r['min_s'] * 1e3:.1f}", f"{r['median_s'] / listing:.2f}x")
+         for label, r in results.items()],
+    )
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_engine_report(report: dict[str, Any]) -> None:
+    tokens = report["prompt_tokens"]
+    print_table(
+        f"single stream, greedy, {report['new_tokens']} new tokens, median of {len(tokens)} prompts "
+        f"({min(tokens)}-{max(tokens)} prompt tokens), {report['torch_threads']} torch threads",
+        ["engine", "dtype", "attention", "prefill tok/s", "decode tok/s", "ttft ms"],
+        [(r["engine"], r["dtype"], r.get("attention", ""), _number(r["prefill_tok_s"]), _number(r["decode_tok_s"]),
+          _number(r["ttft_s"] * 1e3)) for r in report["single_stream"]]
+        + [(name, "", "", info["reason"], "", "") for name, info in report["peers"].items() if not info["available"]],
+    )
+    print_table(
+        f"pyagent aggregate, {report['aggregate_new_tokens']} new tokens per request",
+        ["concurrent requests", "dtype", "attention", "output tokens", "wall s", "output tok/s"],
+        [(r["concurrency"], r["dtype"], r["attention"], r["output_tokens"], _number(r["wall_s"], 2),
+          _number(r["tok_s"])) for r in report["aggregate"]],
+    )
+    print_table(
+        "ratios", ["ratio", "value", "goal", "met"],
+        [(r["name"], "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+          "" if r["goal"] is None else f">= {r['goal']:g}x", "-" if r["met"] is None else "yes" if r["met"] else "no")
+         for r in report["ratios"]],
+    )
+
+
+@app.command("engine")
+def engine(
+    dtype: Annotated[list[str] | None, typer.Option(
+        help="pyagent single-stream dtype (repeat for several; default: bfloat16 and float32).")] = None,
+    attention: Annotated[str | None, typer.Option(
+        help="pyagent's attention backend (default: the registry's selection).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    from pyagent_engine.benchmarks.engine import DTYPES, EngineBenchSettings, run_engine_benchmark
+
+    dtypes = tuple(dtype or DTYPES)
+    unknown = sorted(set(dtypes) - set(DTYPES))
+    if unknown:
+        raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
+                                 param_hint="--dtype")
+    settings = (EngineBenchSettings.quick(dtypes, attention) if quick
+                else EngineBenchSettings(dtypes=dtypes, attention=attention))
+    report = run_engine_benchmark(settings)
+    if save_or_print_json(report, out, json_out):
+        return
+    _print_engine_report(report)
+
+
+def _capacities(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise typer.BadParameter(f"expected positive block counts separated by commas, got {text!r}",
+                                 param_hint="--capacity")
+    return values
+
+
+@app.command("kvcache")
+def kvcache(
+    trace: Annotated[Path | None, typer.Option(
+        help="Mooncake-format JSONL block trace (default: ../shared/data/mooncake/conversation_trace.jsonl).")] = None,
+    capacity: Annotated[str, typer.Option(help="Cache sizes in blocks, comma separated.")] = "1000,5000,20000",
+    policy: Annotated[list[str] | None, typer.Option(
+        help="Only these policies (repeat; default: every installed one; lru, the peer, is always run).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Replay only the trace's first N requests.")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Hit ratio of every eviction policy and Belady's MIN on a block trace; share of the LRU-to-MIN gap."""
+    from pyagent_engine.benchmarks.kvcache import DEFAULT_TRACE, PEER, policy_factories, run_kvcache_benchmark
+
+    names = [*policy, PEER] if policy else None
+    report = run_kvcache_benchmark(trace or DEFAULT_TRACE, _capacities(capacity), limit, policy_factories(names=names))
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"{Path(report['trace']).name}: {report['requests']} requests, {report['blocks_requested']} blocks "
+        f"(unbounded cache: {report['unbounded_hit_ratio']:.1%} hits); gap = LRU to MIN",
+        ["capacity", "policy", "hit ratio", "gap closed", "ns/op", "ns vs lru"],
+        [(r["capacity"], r["policy"], f"{r['hit_ratio']:.2%}",
+          "-" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}", _number(r["ns_per_op"], 0),
+          "-" if r["ns_ratio_to_lru"] is None else f"{r['ns_ratio_to_lru']:.2f}x") for r in report["results"]],
+    )
+
+
+@app.command("spec-decode")
+def spec_decode(
+    proposer: Annotated[list[str] | None, typer.Option(
+        help="Proposer to compare (repeatable; default ngram, suffix).")] = None,
+    batch: Annotated[list[int] | None, typer.Option(help="Batch size (repeatable; default 1 and 8).")] = None,
+    prompts: Annotated[int, typer.Option(min=1, help="Prompts per workload.")] = 2,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Most tokens per Spec-Bench request.")] = 64,
+    code_editing_max_tokens: Annotated[int, typer.Option(
+        min=1, help="Most tokens per code-editing request (room for the whole edited code).")] = 256,
+    category: Annotated[list[str] | None, typer.Option(
+        help="Only these workloads (Spec-Bench categories, code_editing).")] = None,
+    no_peer: Annotated[bool, typer.Option("--no-peer", help="Skip transformers' prompt lookup.")] = False,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 2,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Speculative decoding speedup per workload and batch size, with transformers' prompt lookup as the peer."""
+    from pyagent_engine.benchmarks.spec_decode import SpecBenchSettings, run_spec_decode_benchmark
+
+    settings = SpecBenchSettings(proposers=tuple(proposer or ("ngram", "suffix")), batch_sizes=tuple(batch or (1, 8)),
+                                 prompts_per_workload=prompts, max_tokens=max_tokens,
+                                 code_editing_max_tokens=code_editing_max_tokens,
+                                 categories=tuple(category) if category else None, peer=not no_peer,
+                                 repeats=repeats)
+    report = run_spec_decode_benchmark(settings)
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"pyagent greedy, up to {max_tokens} tokens ({code_editing_max_tokens} for code editing), {prompts} prompts "
+        f"per workload, median of {repeats} rounds",
+        ["workload", "batch", "proposer", "tokens", "steps", "speedup", "modelled", "mean accepted length",
+         "acceptance", "proposer us/step", "us/draft", "identical"],
+        [(r["workload"], r["batch"], r["proposer"], r["output_tokens"], f"{r['steps']} / {r['baseline_steps']}",
+          f"{r['speedup']:.2f}x", "-" if r["modelled_speedup"] is None else f"{r['modelled_speedup']:.2f}x",
+          _number(r["mean_accepted_length"], 2), _number(r["acceptance_rate"], 2), _number(r["proposer_us_per_step"]),
+          _number(r["proposer_us_per_draft"]), "yes" if r["identical"] else "NO")
+         for r in report["rows"]],
+    )
+    print_table("verify cost: decode step with k draft tokens per request over a plain step",
+                ["batch", "k", "ms/step", "ratio"],
+                [(r["batch"], r["draft_tokens"], _number(r["step_ms"], 2), f"{r['ratio']:.2f}x")
+                 for r in report["verify_costs"]])
+    if report["peer_rows"]:
+        print_table("transformers prompt lookup (batch 1)", ["workload", "plain s", "prompt lookup s", "speedup"],
+                    [(r["workload"], _number(r["plain_s"], 2), _number(r["prompt_lookup_s"], 2), f"{r['speedup']:.2f}x")
+                     for r in report["peer_rows"]])
+    print_table("goals (ceiling: the most any draft could gain at that batch size, from the verify costs)",
+                ["goal", "value", "met", "modelled", "ceiling"],
+                [(g["goal"], _number(g["value"], 2), "yes" if g["met"] else "no", _number(g["modelled"], 2),
+                  _number(g["ceiling"], 2)) for g in report["goals"]])
+
+
+@app.command("samplers")
+def samplers(
+    batch: Annotated[list[int] | None, typer.Option(min=1, help="Batch size (repeatable; default 1, 8, 32).")] = None,
+    vocab: Annotated[list[int] | None, typer.Option(
+        min=2, help="Vocabulary size (repeatable; default 49152 and 151936).")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Timed steps per cell (the median is reported).")] = 20,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Default sampler chain per token: C kernels vs torch fallback vs transformers' LogitsProcessorList."""
+    from pyagent_engine.benchmarks.samplers import BATCHES, VOCABS, run_samplers_benchmark
+
+    report = run_samplers_benchmark(tuple(batch or BATCHES), tuple(vocab or VOCABS), steps)
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"{report['chain']}, median of {steps} steps, {report['torch_threads']} torch threads",
+        ["vocab", "batch", "impl", "ms/step", "us/row", "ns/logit", "vs c"],
+        [(r["vocab"], r["batch"], r["impl"], _number(r["ms_per_step"], 3), _number(r["us_per_row"]),
+          _number(r["ns_per_logit"], 2), f"{r['ratio_to_c']:.1f}x") for r in report["results"]],
+    )
+    goal = report["goal"]
+    print_table(
+        f"goal at vocab {goal['vocab']}: C <= {goal['us_per_row']:g} us per row and >= {goal['ratio']:g}x transformers",
+        ["batch", "c us/row", "transformers / c", "met"],
+        [(g["batch"], _number(g["us_per_row"]), f"{g['ratio']:.1f}x", "yes" if g["met"] else "no")
+         for g in goal["by_batch"]],
+    )
+
+
+@app.command("parsers")
+def parsers(
+    parser: Annotated[list[str] | None, typer.Option("--parser", help="Only these parsers (repeatable).")] = None,
+    chunk_chars: Annotated[int, typer.Option(min=1, help="Characters per streamed chunk (about a token).")] = 4,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per measurement (the best counts).")] = 3,
+    data: Annotated[Path | None, typer.Option(help="Folder of BFCL_*.json files (default: the shared data).")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """µs per KB and per streamed chunk of each tool/reasoning parser, against a re-parse-per-chunk peer."""
+    from pyagent_engine.benchmarks.parsers import DEFAULT_DATA, ParserBenchSettings, run_parser_benchmark
+
+    settings = ParserBenchSettings(data=data or DEFAULT_DATA, chunk_chars=chunk_chars, repeat=repeat,
+                                   names=tuple(parser or ()))
+    report = run_parser_benchmark(settings)
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"{report['calls']} BFCL calls per message, chunks of {report['chunk_chars']} characters, best of "
+        f"{report['repeat']}", ["kind", "parser", "implementation", "KB", "extract µs/KB", "stream µs/KB",
+                                "stream µs/chunk"],
+        [(r["kind"], r["parser"], r["implementation"], r["kb"], _number(r["extract_us_per_kb"]),
+          _number(r["stream_us_per_kb"]), _number(r["stream_us_per_chunk"], 2)) for r in report["rows"]],
+    )
+    print_table("ratios (peer time / pyagent time)", ["parser", "peer", "streaming", "whole message"],
+                [(r["parser"], r["peer"], f"{r['stream_speedup']:.1f}x",
+                  "-" if r["extract_ratio"] is None else f"{r['extract_ratio']:.2f}x") for r in report["ratios"]])
+
+
+@app.command("prefix-cache")
+def prefix_cache(
+    requests: Annotated[int, typer.Option(min=2, help="Requests per engine (the first warms the cache).")] = 8,
+    prefix_tokens: Annotated[int, typer.Option(min=16, help="Tokens of the shared system prompt.")] = 512,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 4,
+    eviction: Annotated[str | None, typer.Option(help="Eviction policy (default: selection).")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time to first token on a shared-prefix workload with the prefix cache on, against the cache off."""
+    from pyagent_engine.benchmarks.prefix_cache import PrefixCacheBenchSettings, run_prefix_cache_benchmark
+
+    report = run_prefix_cache_benchmark(PrefixCacheBenchSettings(
+        requests=requests, prefix_tokens=prefix_tokens, max_tokens=max_tokens, eviction=eviction))
+    if save_or_print_json(report, out, json_out):
+        return
+    tokens = report["prompt_tokens"]
+    print_table(
+        f"{requests} requests of {min(tokens)}-{max(tokens)} prompt tokens sharing a {prefix_tokens}-token system "
+        f"prompt, one at a time, greedy, {report['torch_threads']} torch threads",
+        ["prefix cache", "cold ttft ms", "warm ttft ms (median)", "cached prompt tokens", "warm ttft off / on"],
+        [(name, _number(r["cold_ttft_s"] * 1e3), _number(r["warm_ttft_median_s"] * 1e3),
+          sum(r["cached_prompt_tokens"]), f"{report['ratio_warm_ttft_off_to_on']:.2f}x" if name == "on" else "")
+         for name, r in report["results"].items()],
+    )
+    typer.echo(f"eviction policy: {report['eviction']}; greedy outputs identical: {report['outputs_identical']}")
+
+
+@app.command("grammars")
+def grammars(
+    backend: Annotated[list[str] | None, typer.Option(
+        "--backend", help="Grammar backend (repeatable; default: every available one).")] = None,
+    schemas: Annotated[int, typer.Option(min=1, help="Schemas per backend generated end to end.")] = 50,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Most tokens per generated output.")] = 128,
+    mask_schemas: Annotated[int | None, typer.Option(
+        min=1, help="Schemas for compile and mask times (default: all).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A few schemas and tokens: a smoke test.")] = False,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Grammar backends: compile/mask p50/p99, engine overhead per token, constrained vs unconstrained tok/s."""
+    from pyagent_engine.benchmarks.grammar_e2e import GrammarBenchSettings, print_report, run_grammar_benchmark
+
+    names = tuple(backend or ())
+    settings = (GrammarBenchSettings.quick(names) if quick else GrammarBenchSettings(
+        backends=names, schemas=schemas, max_tokens=max_tokens, mask_limit=mask_schemas))
+    report = run_grammar_benchmark(settings)
+    if save_or_print_json(report, out, json_out):
+        return
+    print_report(report)

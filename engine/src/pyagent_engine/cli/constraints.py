@@ -1,0 +1,110 @@
+"""The structured-output options of ``pyagent generate``: one constraint, the grammar backend, fallback.
+
+Turns ``--json-schema FILE | --json-object | --regex RE | --choice a,b,c | --grammar FILE`` into the
+request's :class:`~pyagent_engine.structured.params.StructuredOutputParams`, and describes afterwards
+which backend served the requests and how many tokens jump-forward appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pyagent_core.errors import RequestError
+
+if TYPE_CHECKING:
+    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.structured.orchestrator import StructuredConfig
+    from pyagent_engine.structured.params import StructuredOutputParams
+
+JsonSchemaOpt = Annotated[Path | None, typer.Option("--json-schema", help="Output must validate against this "
+                                                    "JSON Schema file.")]
+JsonObjectOpt = Annotated[bool, typer.Option("--json-object", help="Output must be a JSON object.")]
+RegexOpt = Annotated[str | None, typer.Option("--regex", help="Output must match this regular expression.")]
+ChoiceOpt = Annotated[str | None, typer.Option("--choice", help="Output is one of these comma-separated strings.")]
+GrammarOpt = Annotated[Path | None, typer.Option("--grammar", help="Output must follow this grammar file "
+                                                 "(EBNF; .lark: Lark, .gbnf: GBNF).")]
+GrammarBackendOpt = Annotated[str, typer.Option("--grammar-backend", help="Grammar backend NAME, or auto "
+                                                "(walk the fallback order).")]
+NoFallbackOpt = Annotated[bool, typer.Option("--no-grammar-fallback", help="With auto, try only the first "
+                                             "backend of the fallback order.")]
+GrammarOrderOpt = Annotated[str | None, typer.Option("--grammar-order", help="Fallback order of auto: "
+                                                     "comma-separated backend names.")]
+GrammarTimeoutOpt = Annotated[float, typer.Option("--grammar-timeout", help="Seconds a constraint may take "
+                                                  "to compile before its request fails.")]
+
+DIALECTS = {".lark": "lark", ".gbnf": "gbnf"}
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RequestError(f"cannot read the {what} file {path}: {exc.strerror}; give an existing file") from None
+
+
+def structured_params(json_schema: Path | None, json_object: bool, regex: str | None, choice: str | None,
+                      grammar: Path | None, backend: str, no_fallback: bool,
+                      config: StructuredConfig) -> StructuredOutputParams | None:
+    """The request's structured-output settings from the CLI flags, ``None`` when no constraint is given.
+
+    The constraint is checked at once (before the model loads). Raises :class:`RequestError` (or its
+    :class:`~pyagent_core.errors.ConstraintError` subclasses) when several constraints are given, a file
+    cannot be read, or the constraint is malformed.
+    """
+    from pyagent_core.interfaces.grammar import ConstraintSpec
+    from pyagent_engine.structured.checks import check_constraint
+    from pyagent_engine.structured.params import StructuredOutputParams
+
+    flags = {"--json-schema": json_schema is not None, "--json-object": json_object, "--regex": regex is not None,
+             "--choice": choice is not None, "--grammar": grammar is not None}
+    given = [flag for flag, present in flags.items() if present]
+    if len(given) > 1:
+        raise RequestError(f"a request takes one constraint, got {' and '.join(given)}; keep one")
+    if not given:
+        if backend != "auto" or no_fallback:
+            raise RequestError("--grammar-backend and --no-grammar-fallback need a constraint "
+                               "(--json-schema, --json-object, --regex, --choice or --grammar)")
+        return None
+    if json_schema is not None:
+        constraint = ConstraintSpec(json_schema=_read(json_schema, "JSON schema"))
+    elif grammar is not None:
+        constraint = ConstraintSpec(grammar=_read(grammar, "grammar"),
+                                    grammar_dialect=DIALECTS.get(grammar.suffix.lower(), "ebnf"))
+    elif choice is not None:
+        constraint = ConstraintSpec(choice=[c.strip() for c in choice.split(",") if c.strip()])
+    elif regex is not None:
+        constraint = ConstraintSpec(regex=regex)
+    else:
+        constraint = ConstraintSpec(json_object=True)
+    check_constraint(constraint, config.max_constraint_bytes)
+    return StructuredOutputParams(constraint=constraint, backend=backend, fallback=not no_fallback)
+
+
+def structured_config(order: str | None, timeout: float) -> StructuredConfig:
+    """Engine-wide structured-output settings from ``--grammar-order`` and ``--grammar-timeout``."""
+    from pyagent_engine.structured.orchestrator import StructuredConfig
+
+    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout)
+
+
+def grammar_backends(finals: Sequence[RequestOutput]) -> str | None:
+    """The grammar backends that served ``finals`` (comma-separated), ``None`` when none was constrained."""
+    reports = [o.structured for o in finals if o.structured is not None]
+    if not reports:
+        return None
+    return ",".join(sorted({r.backend for r in reports if r.backend})) or "none"
+
+
+def grammar_notes(finals: Sequence[RequestOutput]) -> str:
+    """The summary's grammar part: jump-forward tokens and the backends ``auto`` skipped, with reasons."""
+    reports = [o.structured for o in finals if o.structured is not None]
+    if not reports:
+        return ""
+    jumped = sum(r.jump_forward_tokens for r in reports)
+    skipped = sorted({f"{s.backend} ({s.reason})" for r in reports for s in r.skipped})
+    note = f", {jumped} jump-forward tokens"
+    return note + (f"; grammar fallback skipped {'; '.join(skipped)}" if skipped else "")

@@ -1,0 +1,273 @@
+"""``pyagent generate`` and ``pyagent chat``: run the model with the selected plugins.
+
+The engine (and torch) is imported inside the commands, so the rest of the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pyagent_core.cli import parse as parse_cli
+from pyagent_core.cli.output import error
+from pyagent_core.errors import RequestError
+from pyagent_core.options import parse_assignments
+from pyagent_engine.cli import cache_flags, chat_parsing, constraints
+from pyagent_engine.cli import speculative as spec_cli
+from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
+from pyagent_engine.models.config import DEFAULT_DTYPE
+
+if TYPE_CHECKING:
+    from pyagent_engine.llm import LLM, Prompt
+    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.structured.orchestrator import StructuredConfig
+
+ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
+DequantizeOpt = Annotated[bool, typer.Option(
+    "--dequantize", help="Dequantize a GGUF's Q4_0/Q4_1/Q8_0 matrices at load instead of decoding them per step.")]
+AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
+AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
+MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="0 is greedy.")]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1 turns it off).")]
+TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 turns it off).")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Per-request seed for reproducible sampling.")]
+StopOpt = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
+SystemOpt = Annotated[str | None, typer.Option("--system", help="System message for chat-templated prompts.")]
+KvOpt = Annotated[float, typer.Option("--kv-cache-gib", help="Memory for the KV cache.")]
+
+
+def _progress() -> Callable[[int, int, str], None]:
+    """A rich progress bar fed by the loader's callback (shown only during the first conversion)."""
+    from rich.progress import Progress
+
+    bar = Progress(transient=True, console=None)
+    task: list[Any] = []
+
+    def update(done: int, total: int, what: str) -> None:
+        if not task:
+            bar.start()
+            task.append(bar.add_task("converting model", total=total))
+        bar.update(task[0], completed=done, description=f"converting {what}"[:60])
+        if done >= total:
+            bar.stop()
+
+    return update
+
+
+def build_llm(model: str | None, dtype: str, attention: str | None, attention_opt: list[str] | None,
+              kv_cache_gib: float, structured: StructuredConfig | None = None,
+              speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
+              cache: Mapping[str, Any] | None = None, dequantize: bool = False) -> LLM:
+    """Load the model and build the engine with the selected backends and sampler chain."""
+    from pyagent_engine.engine import EngineConfig
+    from pyagent_engine.llm import LLM
+
+    sampler = sampler or SamplerSettings()
+    return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
+               samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
+               config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
+               speculative=speculative, quantized=not dequantize)
+
+
+def check_sampling(llm: LLM, params: SamplingParams) -> None:
+    """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
+    from pyagent_engine.request import Request
+
+    llm.engine.sampler.check_params(Request("cli", [0], params))
+
+
+def read_prompts(path: Path) -> list[Prompt]:
+    """Prompts from a file: plain text (one per line) or JSON lines with ``messages`` or ``prompt``."""
+    prompts: list[Prompt] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("{"):
+            prompts.append(line)
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"{path}:{number}: invalid JSON ({exc.msg}); write one object per line") from None
+        if isinstance(record.get("messages"), list):
+            prompts.append(record["messages"])
+        elif isinstance(record.get("prompt"), str):
+            prompts.append(record["prompt"])
+        else:
+            raise RequestError(f'{path}:{number}: expected {{"messages": [...]}} or {{"prompt": "..."}}')
+    if not prompts:
+        raise RequestError(f"{path} holds no prompts")
+    return prompts
+
+
+def _record(output: RequestOutput, backends: dict[str, str]) -> dict[str, Any]:
+    metrics = output.metrics
+    return {
+        "request_id": output.request_id, "prompt": output.prompt, "prompt_token_ids": output.prompt_token_ids,
+        "output_token_ids": output.output_token_ids, "text": output.text,
+        "finish_reason": output.finish_reason, "error": output.error, "backends": backends,
+        "time_to_first_token_s": metrics.time_to_first_token if metrics else None,
+        "decode_tokens_per_s": metrics.decode_tokens_per_s if metrics else None,
+        "total_time_s": metrics.total_time if metrics else None,
+        "cached_prompt_tokens": output.num_cached_tokens,
+        "grammar": output.structured.to_dict() if output.structured else None,
+    }
+
+
+def _backends(llm: LLM, outputs: list[RequestOutput]) -> dict[str, str]:
+    grammar = constraints.grammar_backends(outputs)
+    return llm.engine.backends if grammar is None else {**llm.engine.backends, "grammar": grammar}
+
+
+def _summary(finals: list[RequestOutput], backends: dict[str, str], wall: float) -> str:
+    done = [o for o in finals if o.error is None]
+    prompt_tokens = sum(len(o.prompt_token_ids) for o in done)
+    output_tokens = sum(len(o.output_token_ids) for o in done)
+    ttfts = [o.metrics.time_to_first_token for o in done if o.metrics and o.metrics.time_to_first_token]
+    decode = [o.metrics.decode_tokens_per_s for o in done if o.metrics and o.metrics.decode_tokens_per_s]
+    used = ", ".join(f"{kind}={name}" for kind, name in backends.items())
+    ttft = f"{1000 * sum(ttfts) / len(ttfts):.0f} ms" if ttfts else "-"
+    per_stream = f"{sum(decode) / len(decode):.1f} tok/s per request" if decode else "- tok/s"
+    cached = sum(o.num_cached_tokens for o in done)
+    prompt = f"{prompt_tokens} prompt ({cached} cached)" if cached else f"{prompt_tokens} prompt"
+    return (f"[{used}] {len(done)}/{len(finals)} requests, {prompt} + {output_tokens} output "
+            f"tokens, ttft {ttft}, decode {per_stream}, {output_tokens / wall:.1f} tok/s overall")
+
+
+def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams, chat: bool, system: str | None,
+         stream_text: bool) -> Iterator[RequestOutput]:
+    for output in llm.stream(prompts, params, chat=chat, system=system):
+        if stream_text and output.delta:
+            sys.stdout.write(output.delta)
+            sys.stdout.flush()
+        if output.finished:
+            yield output
+
+
+def generate(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt (omit with --input).")] = None,
+    input_file: Annotated[Path | None, typer.Option("--input", help="Prompts file: text lines or JSON lines.")] = None,
+    model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128,
+    temperature: TemperatureOpt = 0.0,
+    top_p: TopPOpt = 1.0, top_k: TopKOpt = 0, seed: SeedOpt = None, stop: StopOpt = None,
+    system: SystemOpt = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per request instead of text.")] = False,
+    kv_cache_gib: KvOpt = 1.0,
+    json_schema: constraints.JsonSchemaOpt = None, json_object: constraints.JsonObjectOpt = False,
+    regex: constraints.RegexOpt = None, choice: constraints.ChoiceOpt = None, grammar: constraints.GrammarOpt = None,
+    grammar_backend: constraints.GrammarBackendOpt = "auto", no_grammar_fallback: constraints.NoFallbackOpt = False,
+    grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
+    speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
+    spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
+    prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
+    eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
+    offload_blocks: cache_flags.OffloadOpt = 0, schedule: cache_flags.ScheduleOpt = "fcfs",
+) -> None:
+    """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line.
+
+    With a constraint (--json-schema, --json-object, --regex, --choice or --grammar) the output follows it;
+    the summary names the grammar backend that served it and the tokens jump-forward appended.
+    """
+    import time
+
+    from pyagent_engine.params import SamplingParams
+
+    if (prompt is None) == (input_file is None):
+        raise RequestError("give a PROMPT or --input FILE (exactly one)")
+    prompts: list[Prompt] = read_prompts(input_file) if input_file else [prompt or ""]
+    structured_config = constraints.structured_config(grammar_order, grammar_timeout)
+    structured = constraints.structured_params(json_schema, json_object, regex, choice, grammar, grammar_backend,
+                                               no_grammar_fallback, structured_config)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                            seed=seed, stop=tuple(stop or ()), structured=structured,
+                            extra=sampler.params if sampler else {})
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
+                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler,
+                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+                    dequantize)
+    check_sampling(llm, params)
+    started = time.perf_counter()
+    single = len(prompts) == 1 and not json_out
+    finals = []
+    for output in _run(llm, prompts, params, not raw, system, stream_text=single):
+        finals.append(output)
+        if json_out:
+            record = {**_record(output, _backends(llm, [output])), "speculative": spec_cli.speculative_stats(llm)}
+            sys.stdout.write(json.dumps(record) + "\n")
+        elif single:
+            sys.stdout.write("\n")
+        elif output.error is None:
+            sys.stdout.write(f"--- [{output.request_id}] {output.finish_reason}\n{output.text}\n")
+        if output.error is not None:
+            error(f"request {output.request_id}: {output.error}")
+    llm.close()
+    summary = _summary(finals, _backends(llm, finals), time.perf_counter() - started)
+    typer.echo(summary + constraints.grammar_notes(finals) + spec_cli.speculative_notes(llm), err=True)
+    if any(o.error is not None for o in finals):
+        raise typer.Exit(2)
+
+
+def chat(
+    model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512,
+    temperature: TemperatureOpt = 0.7,
+    top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
+    kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
+    tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
+    reasoning_parser: parse_cli.ReasoningOpt = None,
+) -> None:
+    """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
+
+    With --tool-parser / --reasoning-parser each reply is parsed: reasoning is shown dimmed, tool calls
+    in a table; --tools offers tools to the model (through its chat template, when it takes them).
+    """
+    from pyagent_engine.params import SamplingParams
+
+    parsing = chat_parsing.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            extra=sampler.params if sampler else {})
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize)
+    check_sampling(llm, params)
+    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            break
+        if line.strip() in ("/exit", "/quit"):
+            break
+        if line.strip() == "/reset":
+            history = history[:1] if system else []
+            continue
+        if not line.strip():
+            continue
+        history.append({"role": "user", "content": line})
+        if parsing is None:
+            (reply,) = list(_run(llm, [history], params, True, None, stream_text=True))
+            sys.stdout.write("\n")
+        else:
+            reply = parsing.reply(llm, history, params)
+        if reply.error is not None:
+            history.pop()
+            error(reply.error)
+            continue
+        history.append({"role": "assistant", "content": reply.text})
+    llm.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``generate`` and ``chat`` to ``app``."""
+    app.command("generate")(with_sampler_flags(generate))
+    app.command("chat")(with_sampler_flags(chat))

@@ -1,0 +1,365 @@
+"""The engine loop: admit requests, schedule a step, run the model, sample, detokenize, finish.
+
+Everything pluggable comes from the registry: the attention backend and every sampler of the
+chain. Lifecycle hooks fire for the engine, each request and each step; a plugin that raises in a
+hook is reported with a warning and the engine goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from pyagent_core.errors import BackendUnavailableError, RequestError
+from pyagent_core.records import EngineInfo, RequestInfo, StepStats
+from pyagent_core.registry import Registry, Selection, get_registry
+from pyagent_core.types import AttentionSpec
+from pyagent_engine.models.llama import allocate_kv_caches
+from pyagent_engine.models.loader import LoadedModel
+from pyagent_engine.output import TextTracker
+from pyagent_engine.params import SamplingParams
+from pyagent_engine.prefix_cache import build_block_pool, cache_counters, check_cache_config
+from pyagent_engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
+from pyagent_engine.runner import ModelRunner, torch_on_one_thread
+from pyagent_engine.sampling import SamplerChain
+from pyagent_engine.scheduler import Scheduler
+from pyagent_engine.speculative import SpeculativeConfig, SpeculativeDecoder
+from pyagent_engine.structured.orchestrator import StructuredConfig
+from pyagent_engine.structured.runtime import StructuredOutputs
+
+
+@attrs.frozen(kw_only=True)
+class EngineConfig:
+    """Sizes of the KV cache and of each step.
+
+    Attributes:
+        block_size: tokens per KV-cache block.
+        kv_cache_gib: memory for the KV cache of all layers, in GiB.
+        max_num_seqs: the most requests running at once.
+        max_num_batched_tokens: the token budget of one step (prefill chunks plus decodes).
+        prefix_caching: share computed full KV blocks between requests by chained hash.
+        eviction: the eviction policy of the prefix cache (default: the registry's selection);
+            ``eviction_options`` its options.
+        kv_hash: block hash function: ``sha256``, ``xxhash`` or ``builtin``.
+        offload_blocks: capacity in blocks of the host-memory tier that evicted blocks go down to (0: none).
+        schedule: waiting-queue order: ``fcfs``, or ``prefix`` (longest cached prefix first).
+    """
+
+    block_size: int = 16
+    kv_cache_gib: float = 1.0
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 1024
+    prefix_caching: bool = False
+    eviction: str | None = None
+    eviction_options: Mapping[str, Any] = attrs.field(factory=dict)
+    kv_hash: str = "sha256"
+    offload_blocks: int = 0
+    schedule: str = "fcfs"
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) <= 0:
+                raise RequestError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.kv_cache_gib <= 0:
+            raise RequestError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
+        check_cache_config(self)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+_engine_ids = itertools.count()
+
+
+def request_info(request: Request) -> RequestInfo:
+    """A frozen snapshot of ``request`` for the lifecycle hooks."""
+    params = request.params
+    return RequestInfo(
+        request_id=request.request_id, prompt_token_ids=request.prompt_token_ids,
+        output_token_ids=request.output_token_ids,
+        params={**params.sampler_params(), "max_tokens": params.max_tokens, "stop": params.stop,
+                "stop_token_ids": params.stop_token_ids, "ignore_eos": params.ignore_eos},
+        arrival_time=request.arrival_time, first_token_time=request.first_token_time,
+        finish_time=request.finish_time, num_cached_tokens=request.num_cached_tokens,
+        num_preemptions=request.num_preemptions, finish_reason=request.finish_reason, error=request.error,
+    )
+
+
+class Engine:
+    """Continuous batching over a paged KV cache with the selected plugins.
+
+    Args:
+        loaded: the model (see :func:`pyagent_engine.models.loader.load_model`).
+        registry: where backends are selected (default: the installed plugins).
+        attention: attention backend name (default: selection precedence of the registry).
+        attention_options: options for it (``--attention-opt``).
+        samplers: logits processors in chain order (names or an order string such as
+            ``"top_k,top_p,temperature"``; default: ``sampling.DEFAULT_ORDER`` less what is not installed);
+            greedy and multinomial select tokens.
+        sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
+        config: cache and batch sizes.
+        structured: structured-output settings (grammar fallback order, compile cache and limits).
+        speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
+    """
+
+    def __init__(self, loaded: LoadedModel, *, registry: Registry | None = None, attention: str | None = None,
+                 attention_options: Mapping[str, Any] | None = None,
+                 samplers: str | Sequence[str] | None = None,
+                 sampler_options: Mapping[str, Mapping[str, Any]] | None = None, config: EngineConfig | None = None,
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None) -> None:
+        self.loaded = loaded
+        self.registry = registry or get_registry()
+        self.config = config or EngineConfig()
+        model_config = loaded.config
+        self.attention_selection = self.registry.select("attention", attention, attention_options)
+        self._check_attention(self.attention_selection)
+        backend = self.registry.load(self.attention_selection.backend)(
+            model_config.num_heads, model_config.head_dim, model_config.num_kv_heads,
+            model_config.attention_scale, self.attention_selection.options,
+        )
+        bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
+                           * loaded.dtype.itemsize * model_config.num_layers)
+        self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))
+        caches = allocate_kv_caches(model_config, self.num_blocks, self.config.block_size, loaded.dtype)
+        self.runner = ModelRunner(loaded.model, backend, caches, self.config.block_size)
+        pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
+        self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
+                                   self.config.max_num_batched_tokens, self.config.schedule)
+        self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers, sampler_options,
+                                    model_config.eos_token_ids)
+        self.speculative = None if speculative is None else SpeculativeDecoder(
+            self.registry, speculative, model_config.vocab_size, target=loaded)
+        self.structured = StructuredOutputs(self.registry, loaded.tokenizer, model_config.eos_token_ids,
+                                            model_config.vocab_size, structured)
+        self.trackers: dict[str, TextTracker] = {}
+        self._ids = itertools.count()
+        self.info = EngineInfo(
+            engine_id=f"engine-{next(_engine_ids)}", model=str(loaded.source), architecture=model_config.architecture,
+            dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
+            max_model_len=model_config.max_position_embeddings, block_size=self.config.block_size,
+            num_kv_blocks=self.num_blocks, max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=self.config.max_num_batched_tokens, backends=self.backends,
+        )
+        self._fire("pyagent_engine_started")
+
+    def _check_attention(self, selection: Selection) -> None:
+        spec, cfg = selection.backend.spec, self.loaded.config
+        assert isinstance(spec, AttentionSpec)
+        problems = []
+        dtype = _dtype_name(self.loaded.dtype)
+        if dtype not in spec.dtypes:
+            problems.append(f"dtype {dtype} (supports {', '.join(spec.dtypes)})")
+        if spec.head_sizes and cfg.head_dim not in spec.head_sizes:
+            problems.append(f"head size {cfg.head_dim}")
+        if spec.block_sizes and self.config.block_size not in spec.block_sizes:
+            problems.append(f"block size {self.config.block_size}")
+        if problems:
+            raise BackendUnavailableError("attention", spec.name, "it does not support " + "; ".join(problems),
+                                          [b.name for b in self.registry.available("attention")])
+
+    @property
+    def backends(self) -> dict[str, str]:
+        """The backend chosen for each stage, by kind."""
+        chosen = {"attention": self.attention_selection.backend.name, "sampler": ",".join(self.sampler.names)}
+        if self.eviction_selection is not None:
+            chosen["eviction"] = self.eviction_selection.backend.name
+        if self.speculative is not None:
+            chosen["proposer"] = self.speculative.name
+        return chosen
+
+    def _fire(self, hook: str, **kwargs: Any) -> None:
+        """Call ``hook`` of every plugin with this engine's :class:`EngineInfo` and ``kwargs``."""
+        for plugin, error in self.registry.call_hook(hook, engine=self.info, **kwargs):
+            warnings.warn(f"plugin {plugin!r} failed in {hook}: {type(error).__name__}: {error}", stacklevel=3)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams, *,
+                    prompt: str | None = None, request_id: str | None = None) -> Request:
+        """Validate and queue a request; raises :class:`RequestError` when it cannot run."""
+        ids = list(prompt_token_ids)
+        context = self.loaded.config.max_position_embeddings
+        if not ids:
+            raise RequestError("the prompt is empty; give at least one token of text")
+        if len(ids) >= context:
+            raise RequestError(f"the prompt has {len(ids)} tokens but the model's context is {context}; "
+                               "shorten the prompt")
+        vocab = self.loaded.config.vocab_size
+        outside = [t for t in ids if not 0 <= t < vocab]
+        if outside:
+            raise RequestError(f"prompt token ids must be in [0, {vocab}); got {outside[:5]}")
+        needed = -(-min(len(ids) + params.max_tokens, context) // self.config.block_size)
+        if needed > self.num_blocks:
+            raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
+                               "raise kv_cache_gib or lower max_tokens")
+        request = Request(request_id or f"req-{next(self._ids)}", ids, params, prompt=prompt)
+        self.sampler.check_params(request)
+        if params.structured is not None:
+            self.structured.submit(request)  # checked now; scheduled once its grammar is compiled
+        self.trackers[request.request_id] = TextTracker(self.loaded.tokenizer, ids, params.stop)
+        if params.structured is None:
+            self.scheduler.add(request)
+        self._fire("pyagent_request_added", request=request_info(request))
+        return request
+
+    def has_unfinished(self) -> bool:
+        """True while any request waits (for its grammar or to be scheduled) or runs."""
+        return self.scheduler.has_work() or self.structured.has_pending()
+
+    def abort(self, request: Request) -> RequestOutput:
+        """Stop ``request`` now; its output so far is reported with finish reason ``abort``."""
+        return self._finish(request, "abort")
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one step; return an output for every request that produced text or finished."""
+        with torch_on_one_thread():
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
+        started = time.perf_counter()
+        outputs = self._admit_structured()
+        if self.speculative is not None:  # grammar-constrained requests are not drafted for
+            self.speculative.propose([r for r in self.scheduler.running if self.structured.params_of(r) is None],
+                                     self.loaded.config.max_position_embeddings)
+        plan = self.scheduler.schedule()
+        if not plan.chunks:
+            return outputs + [self._finish(r, "error", "no KV blocks free for it")
+                              for r in list(self.scheduler.waiting)[:1]]
+        sampled = [c.request for c in plan.chunks if c.sample]
+        try:
+            logits = self.runner.execute(plan.chunks, sampled)
+        except Exception as error:  # a failing backend ends this batch's requests, not the engine
+            return outputs + [self._finish(c.request, "error", f"model step failed: {type(error).__name__}: {error}")
+                              for c in plan.chunks]
+        for chunk in plan.chunks:
+            chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
+        if sampled and self.speculative is not None:
+            outputs.extend(self._verify_drafts(sampled, logits, time.perf_counter()))
+        elif sampled:
+            now = time.perf_counter()
+            self.structured.apply_masks(sampled, logits)
+            for request, token in zip(sampled, self.sampler.sample(sampled, logits), strict=True):
+                outputs.append(self._append_sampled(request, token, now))
+        self._fire("pyagent_step_finished", stats=StepStats(**{
+            "num_scheduled_tokens": plan.num_tokens,
+            "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
+            "num_decode_tokens": sum(1 for c in plan.chunks if c.sample and c.num_tokens == 1),
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_preempted": len(plan.preempted),
+            "kv_blocks_free": self.scheduler.pool.num_free,
+            "kv_blocks_total": self.num_blocks,
+            "num_cached_tokens": plan.num_cached_tokens,
+            **cache_counters(self.scheduler.pool),
+            **({} if self.speculative is None
+               else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
+            "step_time_s": time.perf_counter() - started,
+        }))
+        return outputs
+
+    def _verify_drafts(self, sampled: list[Request], logits: torch.Tensor, now: float) -> list[RequestOutput]:
+        """Verify this step's drafts (see :mod:`pyagent_engine.speculative`) and append what each emits."""
+        assert self.speculative is not None
+        constrained = any(self.structured.params_of(r) is not None for r in sampled)
+        emitted = self.speculative.verify(sampled, logits, self.sampler,
+                                          mask=self.structured.apply_masks if constrained else None)
+        outputs = []
+        for request, tokens in zip(sampled, emitted, strict=True):
+            self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
+            for token in tokens:
+                outputs.append(self._append_sampled(request, token, now))
+                if outputs[-1].finished:
+                    break
+        return outputs
+
+    def _admit_structured(self) -> list[RequestOutput]:
+        """Schedule requests whose grammar is compiled; fail those whose compile failed or timed out.
+
+        Waits for a compile only when nothing else can run.
+        """
+        if not self.structured.has_pending():
+            return []
+        ready, failed = self.structured.poll(block=not self.scheduler.has_work())
+        for request in ready:
+            self.scheduler.add(request)
+        return [self._finish(request, "error", str(error)) for request, error in failed]
+
+    def _append_sampled(self, request: Request, token: int, now: float) -> RequestOutput:
+        """Append a sampled token (through the request's grammar, if any), then the tokens it forces."""
+        problem = self.structured.accept(request, token)
+        if problem is not None:
+            return self._finish(request, "error", problem)
+        output = self._append(request, token, now)
+        for forced in [] if output.finished else self.structured.jump_forward(request):
+            later = self._append(request, forced, now)
+            output = attrs.evolve(later, delta=output.delta + later.delta)
+            if later.finished:
+                break
+        return output
+
+    def _append(self, request: Request, token: int, now: float) -> RequestOutput:
+        request.output_token_ids.append(token)
+        if request.first_token_time is None:
+            request.first_token_time = now
+        tracker = self.trackers[request.request_id]
+        params = request.params
+        eos = not params.ignore_eos and token in self.loaded.config.eos_token_ids
+        if eos or token in params.stop_token_ids:
+            return self._finish(request, "stop")
+        tracker.add(token)
+        if tracker.stopped:
+            return self._finish(request, "stop")
+        if (len(request.output_token_ids) >= params.max_tokens
+                or request.num_tokens >= self.loaded.config.max_position_embeddings):
+            return self._finish(request, "length")
+        return self._report(request, final=False)
+
+    def _finish(self, request: Request, reason: str, error: str | None = None) -> RequestOutput:
+        self.scheduler.finish(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason, request.error = reason, error
+        request.finish_time = time.perf_counter()
+        self.trackers[request.request_id].finish()
+        output = self._report(request, final=True)
+        self.structured.release(request)
+        if self.speculative is not None:
+            self.speculative.finished(request)
+        del self.trackers[request.request_id]
+        self._fire("pyagent_request_finished", request=request_info(request), reason=reason)
+        return output
+
+    def _report(self, request: Request, final: bool) -> RequestOutput:
+        tracker = self.trackers[request.request_id]
+        metrics = None
+        if final:
+            end = request.finish_time or time.perf_counter()
+            first = request.first_token_time
+            decoded = len(request.output_token_ids) - 1
+            metrics = RequestMetrics(
+                time_to_first_token=None if first is None else first - request.arrival_time,
+                total_time=end - request.arrival_time,
+                decode_tokens_per_s=decoded / (end - first) if first is not None and decoded > 0 and end > first
+                else None,
+            )
+        return RequestOutput(
+            request_id=request.request_id, prompt=request.prompt, prompt_token_ids=request.prompt_token_ids,
+            output_token_ids=list(request.output_token_ids), text=tracker.text, delta=tracker.delta(final),
+            finished=final, finish_reason=request.finish_reason, error=request.error, metrics=metrics,
+            num_cached_tokens=request.num_cached_tokens, structured=self.structured.report(request),
+        )
+
+    def close(self) -> None:
+        """Abort what is left and fire ``pyagent_engine_stopped``."""
+        for request in [*self.scheduler.running, *self.scheduler.waiting, *self.structured.pending_requests()]:
+            self.abort(request)
+        self.structured.close()
+        self._fire("pyagent_engine_stopped")

@@ -1,0 +1,136 @@
+"""Replays a block trace through eviction policies and through MIN, at given capacities.
+
+Every replay uses the same :class:`~pyagent_engine.kvcache.pool.PrefixCache` rules (longest cached
+prefix, blocks in use never evicted, leaves first), so hit ratios differ only by victim choice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_engine.kvcache.belady import BeladyCache
+from pyagent_engine.kvcache.pool import PrefixCache, PrefixCachePool
+from pyagent_engine.kvcache.trace import BlockTrace
+
+PolicyFactory = Callable[[int], EvictionPolicy]
+"""Builds a policy for a capacity in blocks (e.g. ``lambda c: LruPolicy(c, {})``)."""
+
+MIN = "min"
+"""The name MIN's results go by."""
+
+
+@attrs.frozen
+class ReplayResult:
+    """Hits of one cache on one trace at one capacity."""
+
+    name: str
+    capacity: int
+    hits: int
+    requested: int
+    evictions: int
+
+    @property
+    def hit_ratio(self) -> float:
+        """Blocks found cached (longest cached prefix) over blocks requested."""
+        return self.hits / self.requested if self.requested else 0.0
+
+
+def replay(trace: BlockTrace, cache: PrefixCache, name: str) -> ReplayResult:
+    """Serve every request of ``trace`` through ``cache`` in order."""
+    serve, block_size = cache.serve, trace.block_size
+    for index, (chain, last_tokens) in enumerate(zip(trace.requests, trace.last_tokens, strict=True)):
+        serve(index, chain, last_tokens, block_size)
+    return ReplayResult(name, cache.capacity, cache.hits, cache.requested, cache.evictions)
+
+
+def replay_policy(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> ReplayResult:
+    """Replay ``trace`` through a prefix cache whose victims a fresh policy from ``factory`` picks."""
+    return replay(trace, PrefixCachePool(capacity, factory(capacity)), name)
+
+
+def replay_min(trace: BlockTrace, capacity: int) -> ReplayResult:
+    """Replay ``trace`` through Belady's MIN under the prefix constraint."""
+    return replay(trace, BeladyCache(capacity, trace), MIN)
+
+
+class RecordingPolicy(EvictionPolicy):
+    """Passes every call on to ``inner`` and records it, so the calls can be timed alone later."""
+
+    def __init__(self, inner: EvictionPolicy) -> None:
+        super().__init__(inner.capacity, inner.options)
+        self.inner = inner
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def insert(self, block_id: int) -> None:
+        """Record and forward."""
+        self.calls.append(("insert", (block_id,)))
+        self.inner.insert(block_id)
+
+    def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
+        """Record and forward."""
+        self.calls.append(("insert_with_info", (block_id, info)))
+        self.inner.insert_with_info(block_id, info)
+
+    def touch(self, block_id: int) -> None:
+        """Record and forward."""
+        self.calls.append(("touch", (block_id,)))
+        self.inner.touch(block_id)
+
+    def remove(self, block_id: int) -> None:
+        """Record and forward."""
+        self.calls.append(("remove", (block_id,)))
+        self.inner.remove(block_id)
+
+    def evict(self) -> int:
+        """Record and forward."""
+        self.calls.append(("evict", ()))
+        return self.inner.evict()
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self.inner
+
+
+def time_policy_calls(factory: PolicyFactory, capacity: int, calls: list[tuple[str, tuple[Any, ...]]]) -> float:
+    """Nanoseconds per call of a fresh policy replaying ``calls`` (recorded by :class:`RecordingPolicy`).
+
+    The policies are deterministic, so the replayed calls meet the same states as in the recording.
+    The loop's own overhead is included, the same for every policy.
+    """
+    policy = factory(capacity)
+    bound = [(getattr(policy, method), args) for method, args in calls]
+    start = time.perf_counter_ns()
+    for method, args in bound:
+        method(*args)
+    elapsed = time.perf_counter_ns() - start
+    return elapsed / max(1, len(bound))
+
+
+def record_and_time(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> tuple[ReplayResult, float]:
+    """Replay ``trace`` through a policy while recording its calls, then time those calls alone."""
+    recorder = RecordingPolicy(factory(capacity))
+    result = replay(trace, PrefixCachePool(capacity, recorder), name)
+    return result, time_policy_calls(factory, capacity, recorder.calls)
+
+
+def gap_closed(result: ReplayResult, lru: ReplayResult, optimum: ReplayResult) -> float | None:
+    """Share of the LRU-to-MIN hit-ratio gap that ``result`` closes (negative: worse than LRU).
+
+    ``None`` when MIN and LRU hit alike (no gap to close).
+    """
+    gap = optimum.hits - lru.hits
+    return (result.hits - lru.hits) / gap if gap else None
+
+
+def replay_all(trace: BlockTrace, factories: Mapping[str, PolicyFactory], capacity: int) -> dict[str, ReplayResult]:
+    """Every policy and MIN at one capacity, by name."""
+    results = {name: replay_policy(trace, factory, capacity, name) for name, factory in factories.items()}
+    results[MIN] = replay_min(trace, capacity)
+    return results

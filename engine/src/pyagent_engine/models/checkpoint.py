@@ -1,0 +1,169 @@
+"""Checkpoints in memory and as Hugging Face folders (``config.json``, ``*.safetensors``, tokenizer files).
+
+Weights are named as Hugging Face names them for ``LlamaForCausalLM`` (``model.embed_tokens.weight``,
+``model.layers.0.self_attn.q_proj.weight``, ...), with the query/key rows in Hugging Face's order
+(the halves that rotate-half RoPE pairs), whatever file they came from. A GGUF's block-quantized
+matrices stay quantized (:class:`~pyagent_kernels.quantized.QuantizedWeight`); a folder written with
+``keep_quantized`` stores their packed bytes as ``uint8`` tensors, named in the safetensors metadata
+(``quantized:<name>`` -> ``<format>/<in_features>``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from pyagent_core.errors import ModelFormatError
+from pyagent_engine.models.chat_template import ChatTemplate
+from pyagent_engine.models.config import ModelConfig
+from pyagent_engine.models.tokenizer import Tokenizer
+from pyagent_kernels.quantized import QuantizedWeight
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+WEIGHTS_FILE = "model.safetensors"
+QUANTIZED_KEY = "quantized:"
+
+#: A dense tensor, or a matrix kept in a GGUF block format.
+Weight = torch.Tensor | QuantizedWeight
+
+
+@attrs.frozen(eq=False)
+class Checkpoint:
+    """A model as read from disk, before it is laid out for the forward.
+
+    Attributes:
+        config: the model's hyper-parameters.
+        weights: Hugging Face parameter name -> tensor (float32 for a GGUF, the stored dtype
+            otherwise), or the :class:`QuantizedWeight` of a GGUF's Q4_0, Q4_1 or Q8_0 matrix.
+        tokenizer: the model's tokenizer.
+        chat_template: the model's chat template, or ``None`` if it has none.
+    """
+
+    config: ModelConfig
+    weights: dict[str, Weight]
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelFormatError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _token_text(value: Any) -> str:
+    """A special token of ``tokenizer_config.json``: a string or an ``AddedToken`` dict."""
+    if isinstance(value, Mapping):
+        return str(value.get("content", ""))
+    return "" if value is None else str(value)
+
+
+def _chat_template(tokenizer_config: Mapping[str, Any]) -> str | None:
+    """The default template of ``tokenizer_config.json`` (a string or a list of named templates)."""
+    template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _read_shard(shard: Path) -> dict[str, Weight]:
+    """The tensors of one safetensors file, the quantized ones (named in its metadata) wrapped."""
+    tensors = load_file(shard)
+    with safe_open(str(shard), "pt") as file:
+        metadata = file.metadata() or {}
+    weights: dict[str, Weight] = dict(tensors)
+    for key, value in metadata.items():
+        if key.startswith(QUANTIZED_KEY):
+            name = key.removeprefix(QUANTIZED_KEY)
+            fmt, in_features = value.split("/")
+            weights[name] = QuantizedWeight(tensors[name], fmt, int(in_features))
+    return weights
+
+
+def read_checkpoint(folder: Path) -> Checkpoint:
+    """Read a Llama-family checkpoint folder in Hugging Face layout.
+
+    Needs ``config.json``, one or more ``*.safetensors`` and ``tokenizer.json``; reads the chat
+    template and special tokens from ``tokenizer_config.json`` and extra stop tokens from
+    ``generation_config.json`` when present. Raises :class:`ModelFormatError` naming what is
+    missing or unreadable, :class:`~pyagent_core.errors.UnsupportedModelError` for another
+    architecture.
+    """
+    missing = [name for name in (CONFIG_FILE, TOKENIZER_FILE) if not (folder / name).is_file()]
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        missing.append("*.safetensors")
+    if missing:
+        raise ModelFormatError(
+            f"{folder} is not a model checkpoint: it lacks {', '.join(missing)} (a checkpoint folder holds "
+            f"{CONFIG_FILE}, *.safetensors and {TOKENIZER_FILE}; or pass a .gguf file)"
+        )
+    config = ModelConfig.from_hf_dict(_read_json(folder / CONFIG_FILE), name=folder.name)
+    if (folder / GENERATION_CONFIG_FILE).is_file():
+        eos = _read_json(folder / GENERATION_CONFIG_FILE).get("eos_token_id")
+        extra = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        config = attrs.evolve(config, eos_token_ids=tuple(dict.fromkeys([*config.eos_token_ids, *extra])))
+    weights: dict[str, Weight] = {}
+    for shard in shards:
+        try:
+            weights.update(_read_shard(shard))
+        except Exception as error:  # safetensors raises its own error types for a damaged file
+            raise ModelFormatError(f"cannot read weights from {shard}: {error}") from None
+    try:
+        tokenizer = Tokenizer.from_file(folder / TOKENIZER_FILE)
+    except Exception as error:  # tokenizers raises a bare Exception for a malformed file
+        raise ModelFormatError(f"cannot read {folder / TOKENIZER_FILE}: {error}") from None
+    tokenizer_config = (
+        _read_json(folder / TOKENIZER_CONFIG_FILE) if (folder / TOKENIZER_CONFIG_FILE).is_file() else {}
+    )
+    source = _chat_template(tokenizer_config)
+    template = None
+    if source is not None:
+        template = ChatTemplate(source, bos_token=_token_text(tokenizer_config.get("bos_token")),
+                                eos_token=_token_text(tokenizer_config.get("eos_token")))
+    return Checkpoint(config=config, weights=weights, tokenizer=tokenizer, chat_template=template)
+
+
+def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bool = False) -> None:
+    """Write ``checkpoint`` as a Hugging Face folder that :func:`read_checkpoint` (and transformers) read.
+
+    Files: ``config.json``, ``model.safetensors`` (one shard), ``tokenizer.json`` and
+    ``tokenizer_config.json`` (chat template and special tokens). ``folder`` is created if needed.
+    Quantized weights are written dequantized to float32, or with ``keep_quantized`` as their packed
+    bytes (which only :func:`read_checkpoint` understands).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    config = checkpoint.config
+    (folder / CONFIG_FILE).write_text(json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8")
+    tensors, metadata = {}, {"format": "pt"}
+    for name, weight in checkpoint.weights.items():
+        if isinstance(weight, torch.Tensor):
+            tensors[name] = weight.contiguous()
+        elif keep_quantized:
+            tensors[name] = weight.packed
+            metadata[QUANTIZED_KEY + name] = f"{weight.format}/{weight.in_features}"
+        else:
+            tensors[name] = weight.dequantize()
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata=metadata)
+    checkpoint.tokenizer.save(folder / TOKENIZER_FILE)
+    template = checkpoint.chat_template
+    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    if template is not None:
+        tokenizer_config |= {"chat_template": template.source, "bos_token": template.bos_token,
+                             "eos_token": template.eos_token}
+    (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")

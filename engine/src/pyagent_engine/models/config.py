@@ -1,0 +1,152 @@
+"""The shape of a Llama-family model, and its round trip through a Hugging Face ``config.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+
+#: The working dtype when none is given: with quantized weights the faster on CPU (the linear kernel
+#: decodes blocks into float32 for free, while bfloat16 must also round every decoded weight).
+DEFAULT_DTYPE = "float32"
+
+
+#: Architectures the forward in :mod:`pyagent_engine.models.llama` runs (GGUF ``general.architecture``
+#: and Hugging Face ``model_type`` use the same name).
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+
+def check_architecture(architecture: str, where: str) -> None:
+    """Raise :class:`UnsupportedModelError` naming ``architecture`` unless pyagent runs it."""
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{where} is a {architecture!r} model; pyagent runs these architectures: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+
+@attrs.frozen
+class ModelConfig:
+    """Hyper-parameters of a Llama-family decoder.
+
+    Attributes:
+        architecture: ``"llama"``.
+        vocab_size: rows of the embedding and of the output head.
+        hidden_size: width of the residual stream.
+        intermediate_size: width of the SwiGLU MLP.
+        num_layers: number of decoder layers.
+        num_heads: query heads per layer.
+        num_kv_heads: key/value heads per layer (grouped-query attention when fewer than ``num_heads``).
+        head_dim: size of each attention head.
+        rope_theta: base of the rotary position embedding frequencies.
+        rms_norm_eps: epsilon of every RMSNorm.
+        max_position_embeddings: the context length the model was trained for.
+        tie_word_embeddings: whether the output head reuses the embedding matrix.
+        bos_token_id: beginning-of-sequence token, if the model has one.
+        eos_token_ids: tokens that end generation (one or several).
+        name: human-readable model name.
+    """
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    name: str
+
+    def __attrs_post_init__(self) -> None:
+        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                      "num_kv_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise ModelFormatError(f"model config {self.name!r}: {field} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ModelFormatError(
+                f"model config {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        for token in (self.bos_token_id, *self.eos_token_ids):
+            if token is not None and not 0 <= token < self.vocab_size:
+                raise ModelFormatError(
+                    f"model config {self.name!r}: special token id {token} is outside the vocabulary "
+                    f"(size {self.vocab_size})"
+                )
+
+    @property
+    def attention_scale(self) -> float:
+        """The factor on ``q @ k.T`` that attention backends are constructed with."""
+        return float(self.head_dim**-0.5)
+
+    @classmethod
+    def from_hf_dict(cls, data: Mapping[str, Any], name: str) -> ModelConfig:
+        """Read a Hugging Face ``config.json`` of a Llama-family model.
+
+        Raises :class:`UnsupportedModelError` for another architecture or a rope scaling pyagent
+        does not implement, :class:`ModelFormatError` when a required key is missing.
+        """
+        check_architecture(str(data.get("model_type")), f"config.json of {name!r}")
+        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise UnsupportedModelError(
+                f"config.json of {name!r} asks for rope scaling {rope_type!r}; pyagent implements plain RoPE only"
+            )
+        eos = data.get("eos_token_id")
+        try:
+            hidden, heads = int(data["hidden_size"]), int(data["num_attention_heads"])
+            return cls(
+                architecture=str(data["model_type"]),
+                vocab_size=int(data["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(data["intermediate_size"]),
+                num_layers=int(data["num_hidden_layers"]),
+                num_heads=heads,
+                num_kv_heads=int(data.get("num_key_value_heads") or heads),
+                head_dim=int(data.get("head_dim") or hidden // heads),
+                rope_theta=float(rope.get("rope_theta", data.get("rope_theta", 10000.0))),
+                rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+                max_position_embeddings=int(data["max_position_embeddings"]),
+                tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+                bos_token_id=data.get("bos_token_id"),
+                eos_token_ids=tuple(eos) if isinstance(eos, list) else () if eos is None else (int(eos),),
+                name=str(data.get("_name_or_path") or name),
+            )
+        except KeyError as missing:
+            raise ModelFormatError(f"config.json of {name!r} lacks the required key {missing}") from None
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """This config as a Hugging Face ``config.json`` (``LlamaForCausalLM``), float32 weights."""
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": self.architecture,
+            "_name_or_path": self.name,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": list(self.eos_token_ids),
+            "attention_bias": False,
+            "mlp_bias": False,
+            "torch_dtype": "float32",
+        }

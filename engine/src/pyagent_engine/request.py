@@ -1,0 +1,107 @@
+"""A generation request as the engine tracks it, and the output it reports."""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+
+from pyagent_core.interfaces.proposer import DraftTree
+from pyagent_engine.block_hash import BlockHash
+from pyagent_engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from pyagent_engine.structured.report import StructuredReport
+
+
+class RequestStatus(enum.Enum):
+    """Where a request is: waiting for admission, running, or finished."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@attrs.define(eq=False)
+class Request:
+    """One request: its tokens, progress through the KV cache, and timing.
+
+    ``num_computed_tokens`` counts the tokens (prompt, then outputs) whose keys and values are in
+    the cache. After a preemption it drops to 0 and the request recomputes prompt and outputs.
+    With prefix caching, ``block_hashes`` holds the chained hashes of its full blocks (computed on
+    demand) and ``num_cached_tokens`` the prompt tokens found cached when it was first admitted.
+    With speculative decoding, ``draft`` is the draft verified with it this step (see
+    :mod:`pyagent_engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    prompt: str | None = None
+    arrival_time: float = attrs.field(factory=time.perf_counter)
+    output_token_ids: list[int] = attrs.field(factory=list)
+    num_computed_tokens: int = 0
+    block_ids: list[int] = attrs.field(factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    finish_reason: str | None = None
+    error: str | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_preemptions: int = 0
+    block_hashes: list[BlockHash] = attrs.field(factory=list)
+    num_cached_tokens: int = 0
+    draft: DraftTree | None = None
+    accepted_nodes: list[int] = attrs.field(factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def token_ids(self, start: int, stop: int) -> list[int]:
+        """Tokens ``start:stop`` of the prompt followed by the outputs."""
+        prompt = self.prompt_token_ids
+        if stop <= len(prompt):
+            return prompt[start:stop]
+        outputs = self.output_token_ids[max(0, start - len(prompt)):stop - len(prompt)]
+        return prompt[start:] + outputs if start < len(prompt) else outputs
+
+    @property
+    def finished(self) -> bool:
+        """True once the request has a finish reason."""
+        return self.status is RequestStatus.FINISHED
+
+
+@attrs.frozen
+class RequestMetrics:
+    """Timing of one request, in seconds."""
+
+    time_to_first_token: float | None
+    total_time: float
+    decode_tokens_per_s: float | None
+
+
+@attrs.frozen
+class RequestOutput:
+    """What the engine reports for a request: the text so far (or its delta) and, at the end, why it stopped.
+
+    ``text`` is the whole output text so far; ``delta`` the part new since the previous report.
+    ``error`` is set (with ``finish_reason == "error"``) when this request failed; the others go on.
+    ``num_cached_tokens``: prompt tokens served from the prefix cache instead of being computed.
+    ``structured``: for a constrained request, the grammar backend serving it and its jump-forward count.
+    """
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    text: str
+    delta: str
+    finished: bool
+    finish_reason: str | None = None
+    error: str | None = None
+    metrics: RequestMetrics | None = None
+    num_cached_tokens: int = 0
+    structured: StructuredReport | None = None

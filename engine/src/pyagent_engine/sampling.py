@@ -1,0 +1,219 @@
+"""The sampler chain: selected processors in order, then greedy or random token selection per row.
+
+Samplers are batch-level objects (see :mod:`pyagent_core.interfaces.sampler`): they keep per-row
+state, so the engine keeps each request in the same row from step to step and reports the
+changes as a :class:`BatchUpdate` (removed, then added, then moved to fill the holes).
+
+The processors run in the order of an order string such as ``"penalties,dry,top_k,temperature"``
+(llama.cpp's ``--samplers``); :data:`DEFAULT_ORDER` is used when none is given, skipping the
+processors that are not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pyagent_core.errors import RequestError, SelectionError, UnknownBackendError
+from pyagent_core.interfaces.sampler import (
+    AddedRequest,
+    BatchUpdate,
+    LogitsProcessor,
+    MovedRequest,
+    MoveKind,
+    TokenSelector,
+)
+from pyagent_core.registry import Registry, Selection
+from pyagent_engine.fused_mask import apply_processors
+from pyagent_engine.request import Request
+
+# Hard constraints first, then repetition penalties, truncation, temperature, and mirostat last.
+DEFAULT_ORDER = (
+    "logit_bias,bad_words,allowed_token_ids,suppress_tokens,min_tokens,no_repeat_ngram,penalties,dry,"
+    "top_n_sigma,top_k,typical,top_p,min_p,eta,epsilon,xtc,dynatemp,temperature,mirostat"
+)
+GREEDY, RANDOM = "greedy", "multinomial"
+
+
+def parse_sampler_order(order: str | Sequence[str]) -> tuple[str, ...]:
+    """Processor names from an order string (``"top_k,top_p"``, comma, semicolon or space separated).
+
+    Raises :class:`SelectionError` for a name given twice.
+    """
+    names = order.replace(";", ",").replace(" ", ",").split(",") if isinstance(order, str) else list(order)
+    names = [name.strip() for name in names if name.strip()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise SelectionError(f"the sampler order {','.join(names)!r} names {repeated[0]!r} twice; "
+                             "name each processor once")
+    return tuple(names)
+
+
+DEFAULT_PROCESSORS = parse_sampler_order(DEFAULT_ORDER)
+
+
+class SamplerRows:
+    """Keeps each sampled request in a stable row and describes row changes as a :class:`BatchUpdate`."""
+
+    def __init__(self, eos_token_ids: Sequence[int] = ()) -> None:
+        self.rows: list[Request] = []
+        self.eos_token_ids = tuple(eos_token_ids)
+
+    def params(self, request: Request) -> dict[str, Any]:
+        """The parameters the samplers see: the request's, with ``eos_token_ids`` (for ``min_tokens``)."""
+        params = request.params.sampler_params()
+        eos = () if request.params.ignore_eos else self.eos_token_ids
+        params.setdefault("eos_token_ids", [*eos, *request.params.stop_token_ids])
+        return params
+
+    def update(self, sampled: Sequence[Request]) -> BatchUpdate | None:
+        """Make the rows hold exactly ``sampled``; return the changes (``None`` when there are none)."""
+        wanted = {id(r) for r in sampled}
+        present = {id(r) for r in self.rows}
+        removed = [i for i, r in enumerate(self.rows) if id(r) not in wanted]
+        newcomers = [r for r in sampled if id(r) not in present]
+        if not removed and not newcomers:
+            return None
+        rows: list[Request | None] = list(self.rows)
+        for index in removed:
+            rows[index] = None
+        holes = list(removed)
+        added = []
+        for request in newcomers:
+            index = holes.pop(0) if holes else len(rows)
+            if index == len(rows):
+                rows.append(request)
+            else:
+                rows[index] = request
+            added.append(AddedRequest(index, self.params(request), request.prompt_token_ids,
+                                      request.output_token_ids))
+        moved = []
+        for hole in sorted(holes):
+            while rows and rows[-1] is None:
+                rows.pop()
+            if hole >= len(rows):
+                break
+            rows[hole] = rows.pop()
+            moved.append(MovedRequest(len(rows), hole, MoveKind.MOVE))
+        while rows and rows[-1] is None:
+            rows.pop()
+        self.rows = [r for r in rows if r is not None]
+        return BatchUpdate(batch_size=len(self.rows), removed=tuple(removed), added=tuple(added),
+                           moved=tuple(moved))
+
+
+class SamplerChain:
+    """Processors selected through the registry, then the greedy and multinomial selectors.
+
+    Args:
+        registry: where the samplers are looked up.
+        vocab_size: the model's vocabulary size.
+        processors: processor names in chain order, or an order string (see :func:`parse_sampler_order`);
+            ``None``: :data:`DEFAULT_ORDER` without the processors that are not installed (listed in
+            :attr:`skipped`). A name that is not an installed processor raises :class:`SelectionError`.
+        options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``), validated against its schema.
+        eos_token_ids: the model's end-of-sequence ids, passed to the samplers as ``eos_token_ids``.
+    """
+
+    def __init__(self, registry: Registry, vocab_size: int, processors: str | Sequence[str] | None = None,
+                 options: Mapping[str, Mapping[str, Any]] | None = None,
+                 eos_token_ids: Sequence[int] = ()) -> None:
+        known = {b.name for b in registry.backends("sampler") if not b.spec.selects_token}  # type: ignore[attr-defined]
+        if processors is None:
+            names = tuple(n for n in DEFAULT_PROCESSORS if n in known)
+            self.skipped = tuple(n for n in DEFAULT_PROCESSORS if n not in known)
+        else:
+            names, self.skipped = parse_sampler_order(processors), ()
+            for name in names:
+                if name not in known:
+                    hint = "greedy and multinomial end every chain by themselves" if name in (GREEDY, RANDOM) else ""
+                    raise UnknownBackendError("sampler processor", name, known, hint)
+        options = dict(options or {})
+        stray = sorted(set(options) - {*names, GREEDY, RANDOM})
+        if stray:
+            raise SelectionError(f"sampler options name {stray[0]!r}, which is not in the chain "
+                                 f"({','.join(names) or 'no processors'}); add it to the sampler order")
+        self.selections = [registry.select("sampler", name, options.get(name))
+                           for name in (*names, GREEDY, RANDOM)]
+        built = [self._build(registry, s, vocab_size) for s in self.selections]
+        self.processors: list[LogitsProcessor] = [p for p in built[:-2] if isinstance(p, LogitsProcessor)]
+        self.greedy, self.random = built[-2], built[-1]
+        if len(self.processors) != len(names) or not all(
+            isinstance(s, TokenSelector) for s in (self.greedy, self.random)
+        ):
+            raise TypeError("the sampler chain needs logits processors followed by token selectors")
+        self.rows = SamplerRows(eos_token_ids)
+        # A greedy batch runs the processors up to the last one that can change a row's argmax.
+        invariant = [p.is_argmax_invariant() for p in self.processors]
+        self.greedy_prefix = max((i + 1 for i, inv in enumerate(invariant) if not inv), default=0)
+
+    def check_params(self, request: Request) -> None:
+        """Raise :class:`RequestError` when a sampler of the chain rejects the request's parameters."""
+        added = AddedRequest(0, self.rows.params(request), request.prompt_token_ids, [])
+        for sampler in (*self.processors, self.greedy, self.random):
+            try:
+                sampler.row_state(added)
+            except ValueError as error:
+                raise RequestError(str(error).replace("request at row 0: ", "")) from None
+
+    @staticmethod
+    def _build(registry: Registry, selection: Selection, vocab_size: int) -> Any:
+        return registry.load(selection.backend)(selection.options, vocab_size)
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the samplers in chain order (processors, then the two selectors)."""
+        return [s.backend.name for s in self.selections]
+
+    def _sync(self, requests: Sequence[Request]) -> None:
+        """Make the rows hold ``requests`` and tell every sampler what changed."""
+        update = self.rows.update(requests)
+        for sampler in (*self.processors, self.greedy, self.random):
+            sampler.update_state(update)
+
+    def _active(self, greedy: Sequence[bool]) -> list[LogitsProcessor]:
+        """The processors to run for rows with these greedy flags: an all-greedy batch stops after
+        the last one that can change an argmax; processors that leave the batch unchanged
+        (``leaves_batch_unchanged``) are skipped."""
+        chain = self.processors[:self.greedy_prefix] if all(greedy) else self.processors
+        return [p for p in chain if not p.leaves_batch_unchanged()]
+
+    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int] | None:
+        """The greedy token of every row of ``logits`` when sampling ``requests`` is a plain argmax
+        (every request greedy, and no processor would change a row: see ``leaves_batch_unchanged``),
+        else None.
+
+        That holds until the batch changes, whatever the requests generate, so ``logits`` may hold
+        any number of rows per request - verification chooses every draft position at once.
+        """
+        self._sync(requests)
+        greedy = [r.params.greedy for r in requests]
+        if not all(greedy) or self._active(greedy):
+            return None
+        tokens: list[int] = self.greedy.select(logits.float()).tolist()
+        return tokens
+
+    def sample(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
+        """Draw one token per request; ``logits[i]`` belongs to ``requests[i]``.
+
+        Rows are rearranged to the stable row order the samplers know, processed and selected.
+        Processors that leave the whole batch unchanged are skipped; for an all-greedy batch in
+        that order already with no processor left, the greedy selector reads ``logits`` itself.
+        """
+        self._sync(requests)
+        position = {id(r): i for i, r in enumerate(requests)}
+        order = [position[id(r)] for r in self.rows.rows]
+        greedy = [r.params.greedy for r in self.rows.rows]
+        all_greedy, processors = all(greedy), self._active(greedy)
+        in_order = all_greedy and not processors and order == list(range(len(order)))
+        batch = (logits if in_order else logits.index_select(0, torch.tensor(order))).float()
+        batch = apply_processors(processors, batch)
+        if all_greedy:
+            chosen = self.greedy.select(batch)
+        else:
+            chosen = torch.where(torch.tensor(greedy), self.greedy.select(batch), self.random.select(batch))
+        tokens = chosen.tolist()
+        by_request = {id(r): tokens[i] for i, r in enumerate(self.rows.rows)}
+        return [by_request[id(r)] for r in requests]

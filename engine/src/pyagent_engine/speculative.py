@@ -1,0 +1,546 @@
+"""Speculative decoding in the engine: drafting, verification shared by every proposer, adaptive length.
+
+Each step, before scheduling, :meth:`SpeculativeDecoder.propose` asks the selected proposer for a
+draft (a chain or a tree of guessed next tokens) for every running request that is decoding, checks
+it, trims it to what is worth verifying, and attaches it to the request (``request.draft``). The
+scheduler gives such a request ``1 + len(draft)`` tokens: its last real token and the draft nodes.
+The model runner places node ``i`` at position ``last + depth(i)`` (so its rotary embedding is the
+one it would have if accepted) and in the cache slot of position ``last + 1 + i``, and a tree mask
+lets each node see only its ancestors. The logits of the last real token and of every node come back.
+
+:meth:`SpeculativeDecoder.verify` then walks each draft depth by depth. At every depth the request's
+logits row (after the accepted path so far) goes through the engine's own sampler chain, exactly as
+in a step without speculation, and the chosen token is compared with the children of the current
+node: equal to one of them, that child is accepted and the walk goes on; otherwise the chosen token
+ends the walk (the correction); when the walk reaches a leaf, the token chosen there is the bonus.
+
+For greedy rows this is exact-match acceptance. For sampled rows it is rejection sampling with a
+point-mass draft distribution q (every proposer here is deterministic): accepting draft token x with
+probability min(1, p(x)/q(x)) = p(x) and otherwise drawing from the residual max(p - q, 0), which is
+p without x, renormalised, gives token y with probability p(y) for every y; drawing y from p and
+accepting when y == x gives the same joint distribution of (accepted, token) - so each emitted token
+is distributed exactly as without speculation, and every selector, seed and history-aware processor
+of the chain applies unchanged (accepted tokens are appended to the output before the next depth is
+sampled). The tree case is the same argument with several candidates.
+
+After verification the accepted nodes' keys and values are moved to their final slots (only tree
+drafts need it), the request's computed-token count advances by the accepted length, and blocks
+holding nothing but rejected draft tokens go back to the pool.
+
+Adaptive length (:class:`DraftController`): every draft node gets an acceptance probability - the
+proposer's score when the draft has scores (proposers score nodes with the probability that they
+are accepted), scaled by how the request's scored drafts fared so far (accepted nodes over the sum
+of their scores); without scores, the request's measured per-token acceptance rate to the power of
+the node's depth. The engine times its decode steps by the number of tokens in them
+(:class:`~pyagent_engine.speculative_plan.StepCosts`) and keeps, over the whole batch, the
+most probable nodes in the number that maximises expected tokens per second
+(:func:`~pyagent_engine.speculative_plan.choose_nodes`): a step verifies drafts only when they
+are expected to pay for themselves. Requests with unscored drafts that keep failing stop drafting
+and are re-probed with a one-token draft now and then; proposers that score are always asked.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerRequest
+from pyagent_core.registry import Registry
+from pyagent_core.types import ProposerSpec
+from pyagent_engine.block_pool import BlockPool
+from pyagent_engine.request import Request
+from pyagent_engine.sampling import SamplerChain
+from pyagent_engine.speculative_plan import Candidate, StepCosts, choose_nodes
+
+
+class DraftWarning(UserWarning):
+    """A proposer returned something the engine cannot verify; the draft was dropped."""
+
+
+@attrs.define
+class SpecStats:
+    """Counters over the engine's life (what ``pyagent generate`` and the benchmark report).
+
+    Attributes:
+        num_drafts: drafts verified.
+        num_draft_tokens: draft nodes verified.
+        num_accepted_tokens: draft nodes accepted.
+        accepted_per_position: ``[i]``: drafts whose accepted length exceeded ``i``.
+        num_dropped: drafts dropped as invalid (out-of-vocab ids, too many nodes, a tree from a
+            chain proposer, an exception).
+        proposer_time_s: time spent in ``propose`` (wall clock).
+        num_proposer_calls: calls to ``propose``.
+    """
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = attrs.field(factory=list)
+    num_dropped: int = 0
+    proposer_time_s: float = 0.0
+    num_proposer_calls: int = 0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Count one verified draft of ``drafted`` nodes of which ``accepted`` were accepted."""
+        self.num_drafts += 1
+        self.num_draft_tokens += drafted
+        self.num_accepted_tokens += accepted
+        if len(self.accepted_per_position) < accepted:
+            self.accepted_per_position.extend([0] * (accepted - len(self.accepted_per_position)))
+        for i in range(accepted):
+            self.accepted_per_position[i] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters plus derived figures: mean accepted length (accepted draft tokens per
+        draft, plus the bonus / correction token each verification yields), acceptance rate and
+        proposer microseconds per call."""
+        drafts = self.num_drafts
+        return {
+            **attrs.asdict(self),
+            "mean_accepted_length": 1 + self.num_accepted_tokens / drafts if drafts else None,
+            "acceptance_rate": self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None,
+            "proposer_us_per_call": (1e6 * self.proposer_time_s / self.num_proposer_calls
+                                     if self.num_proposer_calls else None),
+        }
+
+
+@attrs.define
+class _RequestRate:
+    """A request's decayed counts of accepted draft tokens and of rejections."""
+
+    accepted: float = 0.0
+    rejected: float = 0.0
+    idle_steps: int = 0
+    probing: bool = False
+    scored_accepted: float = 0.0
+    scored_expected: float = 0.0
+
+
+class DraftController:
+    """Decides how many draft nodes are worth verifying for each request (module docstring).
+
+    Args:
+        max_tokens: the most draft nodes per request and step.
+        adaptive: ``False`` always asks for ``max_tokens`` and keeps every node.
+        prior_rate: the per-token acceptance rate assumed for a new request.
+        prior_cost: the cost of one more token relative to a one-token step, assumed until decode
+            steps of different sizes have been timed.
+        margin: probabilities are divided by this before they are weighed against costs.
+        probe_every: a request that stopped drafting gets a one-token draft after this many steps.
+        decay: forgetting factor of the acceptance counts and of the step-time fit.
+    """
+
+    def __init__(self, max_tokens: int, *, adaptive: bool = True, prior_rate: float = 0.6,
+                 prior_cost: float = 0.05, margin: float = 1.25, probe_every: int = 16, decay: float = 0.9) -> None:
+        self.max_tokens = max_tokens
+        self.adaptive = adaptive
+        self.prior_rate = prior_rate
+        self.prior_cost = prior_cost
+        self.margin = margin
+        self.probe_every = probe_every
+        self.decay = decay
+        self.rates: dict[str, _RequestRate] = {}
+        self.scored = False
+        """Whether the proposer scores its drafts (seen once): then every request is asked for drafts."""
+        self.costs = StepCosts(prior_slope=prior_cost, decay=decay)
+        """Decode-step times by tokens per step."""
+
+    def observe_step(self, num_tokens: int, step_time: float) -> None:
+        """Add one decode step (no prefill in it) to the step costs."""
+        self.costs.observe(num_tokens, step_time)
+
+    def token_cost(self) -> float:
+        """``t1 / t0``: the fitted cost of one more token relative to a step's fixed cost."""
+        return self.costs.token_cost()
+
+    def threshold(self, batch: int) -> float:
+        """Break-even acceptance probability of one more draft node in a step of ``batch`` decodes."""
+        cost = self.token_cost() * max(batch, 1)
+        return self.margin * cost / (1 + cost)
+
+    def rate(self, request_id: str) -> float:
+        """The request's estimated chance that a draft token is accepted given its parent was."""
+        state = self.rates.get(request_id)
+        weight = 2.0
+        if state is None:
+            return self.prior_rate
+        return (state.accepted + weight * self.prior_rate) / (state.accepted + state.rejected + weight)
+
+    def budget(self, request_id: str, threshold: float) -> int:
+        """How many draft nodes to ask for: the depth at which ``rate ** depth`` falls below ``threshold``."""
+        if not self.adaptive or self.scored:
+            return self.max_tokens
+        rate, state = self.rate(request_id), self.rates.setdefault(request_id, _RequestRate())
+        depth, chance = 0, 1.0
+        while depth < self.max_tokens and chance * rate >= threshold:
+            depth, chance = depth + 1, chance * rate
+        if depth == 0:
+            state.idle_steps += 1
+            if state.idle_steps >= self.probe_every:
+                state.idle_steps = 0
+                state.probing = True
+                return 1
+        return depth
+
+    def score_factor(self, request_id: str) -> float:
+        """How the request's scored drafts fared: accepted nodes over the sum of their scores,
+        shrunk towards 1 while there is little evidence, within [0.25, 2]."""
+        state = self.rates.get(request_id)
+        if state is None:
+            return 1.0
+        weight = 2.0
+        return min(max((state.scored_accepted + weight) / (state.scored_expected + weight), 0.25), 2.0)
+
+    def probabilities(self, request_id: str, draft: DraftTree) -> list[float]:
+        """Each node's estimated chance of being accepted (module docstring), never above its
+        parent's (a node is accepted only after its parent)."""
+        if draft.scores is None:
+            rate = self.rate(request_id)
+            return [rate**depth for depth in draft.node_depths()]
+        factor = self.score_factor(request_id)
+        chances = [min(max(score, 0.0) * factor, 1.0) for score in draft.scores]
+        for node, parent in enumerate(draft.parents):
+            if parent != ROOT and chances[node] > chances[parent]:
+                chances[node] = chances[parent]
+        return chances
+
+    def plan(self, drafts: Sequence[tuple[str, DraftTree, int]], batch: int) -> list[DraftTree | None]:
+        """This step's drafts (request id, draft, most nodes allowed) cut to the nodes worth verifying
+        in a step of ``batch`` decoding requests: the most probable ones, as many as maximise
+        expected tokens per second (a probing request keeps its first node)."""
+        if not self.adaptive:
+            return [_subtree(draft, range(min(limit, len(draft)))) for _, draft, limit in drafts]
+        candidates: list[Candidate] = []
+        forced: list[Candidate] = []
+        for owner, (request_id, draft, limit) in enumerate(drafts):
+            self.scored = self.scored or draft.scores is not None
+            probabilities, depths = self.probabilities(request_id, draft), draft.node_depths()
+            best = sorted(range(len(draft)), key=lambda i: (-probabilities[i], depths[i]))[:limit]
+            state = self.rates.get(request_id)
+            if state is not None and state.probing and best:
+                state.probing = False
+                first = best.pop(0)
+                forced.append(Candidate(owner, first, probabilities[first], depths[first]))
+            candidates += [Candidate(owner, i, probabilities[i], depths[i]) for i in best]
+        kept: list[list[int]] = [[] for _ in drafts]
+        for candidate in forced + choose_nodes(candidates, batch + len(forced), self.costs, self.margin):
+            kept[candidate.owner].append(candidate.node)
+        return [_subtree(draft, sorted(nodes)) for (_, draft, _), nodes in zip(drafts, kept, strict=True)]
+
+    def verified(self, request_id: str, accepted: int, depth: int, expected: float | None = None) -> None:
+        """Update the request's acceptance counts: ``accepted`` of a draft ``depth`` deep, whose
+        scores (if any) summed to ``expected``."""
+        state = self.rates.setdefault(request_id, _RequestRate())
+        state.accepted = state.accepted * self.decay + accepted
+        state.rejected = state.rejected * self.decay + (1 if accepted < depth else 0)
+        state.idle_steps = 0
+        if expected is not None:
+            state.scored_accepted = state.scored_accepted * self.decay + accepted
+            state.scored_expected = state.scored_expected * self.decay + expected
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's counts."""
+        self.rates.pop(request_id, None)
+
+
+def _tree_error(draft: DraftTree) -> str | None:
+    """Why ``draft`` is not a valid draft tree (a :meth:`DraftTree.trusted` one skipped the checks), or None."""
+    try:
+        draft.check()
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree | None:
+    """The draft made of ``nodes`` (ascending, closed under parents), or ``None`` when empty."""
+    if not nodes:
+        return None
+    if len(nodes) == len(draft):
+        return draft
+    where = {node: i for i, node in enumerate(nodes)}
+    return DraftTree([draft.token_ids[i] for i in nodes],
+                     [ROOT if draft.parents[i] == ROOT else where[draft.parents[i]] for i in nodes],
+                     None if draft.scores is None else [draft.scores[i] for i in nodes])
+
+
+def _tree_mask_rows(draft: DraftTree) -> torch.Tensor:
+    """``bool [1 + n, 1 + n]``: the last real token sees itself; node ``i`` sees it, its ancestors, itself."""
+    n = len(draft)
+    mask = torch.zeros((n + 1, n + 1), dtype=torch.bool)
+    mask[:, 0] = True
+    for i in range(n):
+        mask[i + 1, [1 + j for j in draft.path(i)]] = True
+    return mask
+
+
+def tree_mask(chunks: Sequence[Any], max_query_len: int) -> torch.Tensor | None:
+    """The batch's ``tree_mask`` (see :class:`~pyagent_core.interfaces.attention.AttentionMetadata`),
+    or ``None`` when every chunk is causal (no draft, or chain drafts only)."""
+    drafts = [c.request.draft for c in chunks]
+    if all(d is None or d.is_chain() for d in drafts):
+        return None
+    blocks = []
+    for chunk, draft in zip(chunks, drafts, strict=True):
+        if draft is not None:
+            block = _tree_mask_rows(draft)
+        else:
+            block = torch.ones((chunk.num_tokens, chunk.num_tokens), dtype=torch.bool).tril_()
+        blocks.append(torch.nn.functional.pad(block, (0, max_query_len - block.shape[1])))
+    return torch.cat(blocks)
+
+
+def draft_positions(start: int, draft: DraftTree) -> list[int]:
+    """Positions of the draft nodes of a request whose last real token sits at ``start``."""
+    return [start + depth for depth in draft.node_depths()]
+
+
+def _node_child(draft: DraftTree | None, node: int, token: int) -> int | None:
+    if draft is None:
+        return None
+    for child in draft.children(node):
+        if draft.token_ids[child] == token:
+            return child
+    return None
+
+
+def _walk(request: Request, chosen: Sequence[int], offset: int) -> list[int]:
+    """Walk ``request.draft`` with the token chosen at each of its rows (``chosen[offset]``: after
+    its last real token, ``chosen[offset + 1 + i]``: after node ``i``); return the emitted tokens
+    and set ``request.accepted_nodes``."""
+    request.accepted_nodes = []
+    emitted, node = [chosen[offset]], ROOT
+    while (child := _node_child(request.draft, node, emitted[-1])) is not None:
+        request.accepted_nodes.append(child)
+        emitted.append(chosen[offset + 1 + child])
+        node = child
+    return emitted
+
+
+def _positive_draft_length(_instance: object, _attribute: object, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise RequestError(f"num_draft_tokens must be a positive integer, got {value!r}; "
+                           "leave speculative decoding off to draft nothing")
+
+
+@attrs.frozen(kw_only=True)
+class SpeculativeConfig:
+    """Speculative decoding settings of an engine.
+
+    Attributes:
+        proposer: the proposer's name (``--speculative``).
+        options: its options (``--spec-opt KEY=VALUE``).
+        num_draft_tokens: the most draft nodes per request and step (``--num-draft-tokens``, > 0).
+        adaptive: trim drafts to what is expected to pay off (see :class:`DraftController`).
+    """
+
+    proposer: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    num_draft_tokens: int = attrs.field(default=8, validator=_positive_draft_length)
+    adaptive: bool = True
+
+
+class SpeculativeDecoder:
+    """The selected proposer plus the engine's drafting, verification and bookkeeping.
+
+    Args:
+        registry: where the proposer is selected.
+        config: which proposer, its options and the draft length.
+        vocab_size: the target model's vocabulary size (drafts with larger ids are dropped).
+        target: the target model, handed to proposers whose spec says ``needs_model``.
+    """
+
+    def __init__(self, registry: Registry, config: SpeculativeConfig, vocab_size: int, *, target: Any = None) -> None:
+        self.config = config
+        self.selection = registry.select("proposer", config.proposer, config.options)
+        spec = self.selection.backend.spec
+        assert isinstance(spec, ProposerSpec)
+        self.spec = spec
+        cls = registry.load(self.selection.backend)
+        self.proposer: Proposer = (cls(self.selection.options, target=target) if spec.needs_model
+                                   else cls(self.selection.options))
+        self.vocab_size = vocab_size
+        self.controller = DraftController(config.num_draft_tokens, adaptive=config.adaptive)
+        self.stats = SpecStats()
+        self._reported = SpecStats()
+        self._verified_rows = 0
+
+    @property
+    def name(self) -> str:
+        """The selected proposer's name."""
+        return self.selection.backend.name
+
+    # --- drafting ------------------------------------------------------------------------------
+
+    def propose(self, running: Sequence[Request], context: int) -> None:
+        """Attach a checked, trimmed draft to every decoding request of ``running`` (or ``None``)."""
+        decoding = [r for r in running if r.num_tokens - r.num_computed_tokens == 1]
+        for request in running:
+            request.draft = None
+        if not decoding:
+            return
+        threshold = self.controller.threshold(len(decoding))
+        limits = {}
+        for request in decoding:
+            room = min(request.params.max_tokens - len(request.output_token_ids), context - request.num_tokens) - 1
+            limits[request.request_id] = min(self.controller.budget(request.request_id, threshold), max(room, 0))
+        asked = [r for r in decoding if limits[r.request_id] > 0]
+        if not asked:
+            return
+        max_tokens = max(limits[r.request_id] for r in asked)
+        views = [ProposerRequest(r.request_id, r.prompt_token_ids, r.output_token_ids) for r in asked]
+        started = time.perf_counter()
+        try:
+            drafts = self.proposer.propose(views, max_tokens)
+        except Exception as error:  # a failing proposer costs its drafts, never the requests
+            warnings.warn(f"proposer {self.name!r} failed: {type(error).__name__}: {error}; no drafts this step",
+                          DraftWarning, stacklevel=2)
+            drafts = [None] * len(asked)
+        finally:
+            self.stats.proposer_time_s += time.perf_counter() - started
+            self.stats.num_proposer_calls += 1
+        if not isinstance(drafts, list) or len(drafts) != len(asked):
+            self._drop(f"returned {type(drafts).__name__} of length {len(drafts) if isinstance(drafts, list) else '?'} "
+                       f"for {len(asked)} requests")
+            return
+        checked = [(request, self._check(draft, max_tokens)) for request, draft in zip(asked, drafts, strict=True)]
+        offered = [(request, draft) for request, draft in checked if draft is not None]
+        planned = self.controller.plan([(r.request_id, d, limits[r.request_id]) for r, d in offered], len(decoding))
+        for (request, _), draft in zip(offered, planned, strict=True):
+            request.draft = draft
+
+    def _drop(self, why: str) -> None:
+        self.stats.num_dropped += 1
+        warnings.warn(f"proposer {self.name!r} {why}; the draft was dropped", DraftWarning, stacklevel=3)
+
+    def _check(self, draft: object, max_tokens: int) -> DraftTree | None:
+        if draft is None:
+            return None
+        if not isinstance(draft, DraftTree):
+            self._drop(f"returned a {type(draft).__name__} instead of a DraftTree or None")
+        elif len(draft) > max_tokens:
+            self._drop(f"returned {len(draft)} draft tokens when asked for at most {max_tokens}")
+        elif (invalid := _tree_error(draft)) is not None:
+            self._drop(f"returned an invalid draft tree ({invalid})")
+        elif not self.spec.tree and not draft.is_chain():
+            self._drop("returned a tree but its spec says tree=False")
+        elif any(t >= self.vocab_size for t in draft.token_ids):
+            self._drop(f"returned token ids {[t for t in draft.token_ids if t >= self.vocab_size][:5]} "
+                       f"outside the vocabulary [0, {self.vocab_size})")
+        else:
+            return draft
+        return None
+
+    # --- verification --------------------------------------------------------------------------
+
+    def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+               mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None) -> list[list[int]]:
+        """Walk every request's draft with the sampler chain; return the tokens each request emits.
+
+        ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
+        then the nodes), in order. ``mask(requests, logits)`` (the grammar bitmask) is applied to
+        the first depth only: requests under a grammar get no drafts, so they never reach a second.
+        Without a mask, when the chain is a plain argmax for the batch (``SamplerChain.greedy_rows``),
+        every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
+        leaves the output lists as they were.
+        """
+        offsets, row = [], 0
+        for request in sampled:
+            offsets.append(row)
+            row += 1 + (0 if request.draft is None else len(request.draft))
+        self._verified_rows = row
+        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits)
+        if chosen is not None:
+            return [_walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
+        current = [ROOT] * len(sampled)
+        active = [True] * len(sampled)
+        emitted: list[list[int]] = [[] for _ in sampled]
+        lengths = [len(r.output_token_ids) for r in sampled]
+        for request in sampled:
+            request.accepted_nodes = []
+        try:
+            while any(active):
+                rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
+                        for i in range(len(sampled))]
+                batch = logits if rows == list(range(len(logits))) else logits.index_select(0, torch.tensor(rows))
+                if mask is not None and not emitted[0]:
+                    mask(sampled, batch)
+                tokens = sampler.sample(sampled, batch)
+                for i, request in enumerate(sampled):
+                    if not active[i]:
+                        continue
+                    emitted[i].append(tokens[i])
+                    request.output_token_ids.append(tokens[i])
+                    child = _node_child(request.draft, current[i], tokens[i])
+                    if child is None:
+                        active[i] = False
+                    else:
+                        current[i] = child
+                        request.accepted_nodes.append(child)
+        finally:
+            for request, length in zip(sampled, lengths, strict=True):
+                del request.output_token_ids[length:]
+        return emitted
+
+    def commit(self, request: Request, kv_caches: Sequence[torch.Tensor], pool: BlockPool, block_size: int) -> None:
+        """After :meth:`verify`: move accepted keys/values into place, advance the computed count,
+        free blocks holding only rejected nodes, and tell the proposer and the controller."""
+        draft = request.draft
+        if draft is None:
+            return
+        accepted = request.accepted_nodes
+        start = request.num_computed_tokens  # the last real token (at start - 1) was computed this step
+        moves = [(start + node, start + depth) for depth, node in enumerate(accepted) if node != depth]
+        if moves:
+            blocks = request.block_ids
+
+            def slot(pos: int) -> int:
+                return blocks[pos // block_size] * block_size + pos % block_size
+
+            src = torch.tensor([slot(s) for s, _ in moves])
+            dst = torch.tensor([slot(d) for _, d in moves])
+            for cache in kv_caches:
+                flat = cache.view(2, -1, *cache.shape[3:])
+                flat[:, dst] = flat[:, src]
+        request.num_computed_tokens += len(accepted)
+        keep = -(-(request.num_computed_tokens + 1) // block_size)
+        if len(request.block_ids) > keep:
+            pool.free(request.block_ids[keep:])
+            del request.block_ids[keep:]
+        self.stats.record(len(draft), len(accepted))
+        self.controller.verified(request.request_id, len(accepted), draft.depth,
+                                 None if draft.scores is None else sum(draft.scores))
+        self.proposer.on_verified(request.request_id, len(accepted))
+        request.draft = None
+
+    def step_stats(self, chunks: Sequence[Any], step_time: float) -> dict[str, Any]:
+        """This step's drafting figures for the step-stats hook; times a pure decode step for the
+        controller's cost fit."""
+        tokens = sum(c.num_tokens for c in chunks)
+        if tokens == self._verified_rows:
+            self.controller.observe_step(tokens, step_time)
+        self._verified_rows = 0
+        now, before = self.stats, self._reported
+        self._reported = attrs.evolve(now, accepted_per_position=list(now.accepted_per_position))
+        return {
+            "num_drafts": now.num_drafts - before.num_drafts,
+            "num_draft_tokens": now.num_draft_tokens - before.num_draft_tokens,
+            "num_accepted_tokens": now.num_accepted_tokens - before.num_accepted_tokens,
+            "proposer_time_s": now.proposer_time_s - before.proposer_time_s,
+        }
+
+    def finished(self, request: Request) -> None:
+        """The request left the engine: drop its state here and in the proposer."""
+        request.draft = None
+        self.controller.forget(request.request_id)
+        try:
+            self.proposer.on_finished(request.request_id)
+        except Exception as error:
+            warnings.warn(f"proposer {self.name!r} failed in on_finished: {type(error).__name__}: {error}",
+                          DraftWarning, stacklevel=2)

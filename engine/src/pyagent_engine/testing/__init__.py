@@ -1,0 +1,1 @@
+"""Test helpers that need the engine: the grammar kit over JSONSchemaBench with the embedded model's tokenizer."""

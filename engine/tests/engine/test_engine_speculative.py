@@ -1,0 +1,88 @@
+"""Speculative decoding on the embedded model: greedy output identical to no speculation, bad proposers harmless."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_engine.engine import Engine
+from pyagent_engine.llm import LLM
+from pyagent_engine.params import SamplingParams
+from pyagent_engine.speculative import DraftWarning, SpeculativeConfig
+
+SPECBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "specbench" / "question.jsonl"
+CATEGORIES = ("summarization", "coding")
+MAX_TOKENS = 16
+
+
+def specbench_prompts() -> list[str]:
+    """The first question of a few Spec-Bench categories (skips when the data is absent)."""
+    if not SPECBENCH.exists():
+        pytest.skip(f"Spec-Bench data not found at {SPECBENCH}")
+    firsts: dict[str, str] = {}
+    for line in SPECBENCH.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        firsts.setdefault(record["category"], record["turns"][0][:400])
+    return [firsts[c] for c in CATEGORIES]
+
+
+def run(engine: Engine, prompts: Sequence[list[int]]) -> list[list[int]]:
+    """Greedy outputs of ``prompts`` run together on ``engine``."""
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
+    requests = [engine.add_request(ids, params) for ids in prompts]
+    while engine.has_unfinished():
+        engine.step()
+    return [list(r.output_token_ids) for r in requests]
+
+
+@pytest.fixture(scope="module")
+def baseline(llm_bf16: LLM) -> tuple[list[list[int]], list[list[int]]]:
+    """The templated Spec-Bench prompts and their greedy outputs without speculation."""
+    prompts = [llm_bf16.encode(p, chat=True)[0] for p in specbench_prompts()]
+    return prompts, run(llm_bf16.engine, prompts)
+
+
+@pytest.mark.parametrize("config", [
+    SpeculativeConfig(proposer="ngram", num_draft_tokens=6),
+    SpeculativeConfig(proposer="suffix", num_draft_tokens=8),
+    SpeculativeConfig(proposer="suffix", options={"tree": False}, num_draft_tokens=8, adaptive=False),
+], ids=["ngram", "suffix-tree", "suffix-chain-fixed"])
+def test_greedy_output_is_identical_with_speculation(llm_bf16: LLM, baseline: tuple[list[list[int]], list[list[int]]],
+                                                     config: SpeculativeConfig) -> None:
+    prompts, expected = baseline
+    engine = Engine(llm_bf16.loaded, speculative=config)
+    assert run(engine, prompts) == expected
+    stats = engine.speculative.stats if engine.speculative else None
+    assert stats is not None and stats.num_drafts > 0, "the proposer never drafted on these prompts"
+    assert engine.scheduler.pool.num_free == engine.num_blocks, "blocks of rejected drafts leaked"
+
+
+class OutOfVocab(Proposer):
+    """Drafts ids past the vocabulary, then too many tokens, alternately."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.calls = 0
+
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        self.calls += 1
+        ids = [10**6] if self.calls % 2 else [1] * (max_tokens + 3)
+        return [DraftTree.chain(ids) for _ in requests]
+
+
+def test_a_misbehaving_proposer_never_changes_the_output(
+        llm_bf16: LLM, baseline: tuple[list[list[int]], list[list[int]]]) -> None:
+    prompts, expected = baseline
+    engine = Engine(llm_bf16.loaded, speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4))
+    assert engine.speculative is not None
+    engine.speculative.proposer = OutOfVocab()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run(engine, prompts[:1]) == expected[:1]
+    assert any(issubclass(w.category, DraftWarning) for w in caught)
+    assert engine.speculative.stats.num_drafts == 0 and engine.speculative.stats.num_dropped > 0

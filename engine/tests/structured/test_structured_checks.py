@@ -1,0 +1,129 @@
+"""Bad input found before compiling, and the LRU cache against a reference model."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyagent_core.errors import (
+    ConstraintTooLargeError,
+    InvalidSchemaError,
+    RegexSyntaxError,
+    UnsatisfiableConstraintError,
+)
+from pyagent_core.interfaces.grammar import ConstraintSpec
+from pyagent_engine.structured.cache import LRUCache
+from pyagent_engine.structured.checks import check_constraint, contradiction
+
+from .conftest import SCHEMAS
+
+LIMIT = 64 * 1024
+
+
+@pytest.mark.parametrize(
+    ("constraint", "error", "message"),
+    [
+        (ConstraintSpec(json_schema='{"type": "object",'), InvalidSchemaError, "not valid JSON: .* line 1 column"),
+        (ConstraintSpec(json_schema={"type": "no-such-type"}), InvalidSchemaError, r"at \$.type"),
+        (ConstraintSpec(json_schema={"properties": {"a": {"minLength": -1}}}), InvalidSchemaError,
+         r"\$.properties.a.minLength"),
+        (ConstraintSpec(json_schema={"type": "string", "pattern": "(ab"}), InvalidSchemaError,
+         r"is not a 'regex' \(missing \)"),
+        (ConstraintSpec(json_schema={"$schema": "http://json-schema.org/draft-04/schema#", "type": 3}),
+         InvalidSchemaError, "not valid Draft4"),
+        (ConstraintSpec(json_schema="[1, 2]"), InvalidSchemaError, "object or a boolean"),
+        (ConstraintSpec(regex="(ab"), RegexSyntaxError, "missing \\), unterminated subpattern at position 0"),
+        (ConstraintSpec(regex="a{3,1}"), RegexSyntaxError, "does not parse"),
+        (ConstraintSpec(json_schema={"type": "integer", "minimum": 5, "maximum": 3}), UnsatisfiableConstraintError,
+         r"at \$: minimum 5 and maximum 3 leave no integer value"),
+        (ConstraintSpec(json_schema={"type": "object", "required": ["a"], "properties": {"a": {"enum": []}}}),
+         UnsatisfiableConstraintError, r"\$.properties.a: enum is empty"),
+        (ConstraintSpec(json_schema={"allOf": [{"type": "string", "minLength": 4, "maxLength": 2}]}),
+         UnsatisfiableConstraintError, r"\$.allOf\[0\]"),
+        (ConstraintSpec(json_schema={"not": {}}), UnsatisfiableConstraintError, "rejects everything"),
+        (ConstraintSpec(json_schema="false"), UnsatisfiableConstraintError, "the schema is false"),
+        (ConstraintSpec(choice=["x" * (LIMIT + 1)]), ConstraintTooLargeError, f"over the limit of {LIMIT} bytes"),
+        (ConstraintSpec(structural_tag="{oops"), InvalidSchemaError, "structural tag is not valid JSON"),
+    ],
+)
+def test_bad_input_gets_its_specific_error(constraint, error, message):
+    with pytest.raises(error, match=message):
+        check_constraint(constraint, LIMIT)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"minimum": 5, "maximum": 3},  # no type: strings and objects still satisfy it
+        {"type": ["integer", "string"], "minimum": 5, "maximum": 3},
+        {"type": "object", "properties": {"a": {"enum": []}}},  # a is optional
+        {"anyOf": [{"enum": []}, {"type": "string"}]},
+        {"$schema": "http://json-schema.org/draft-04/schema#",  # draft 4: exclusiveMinimum is a boolean
+         "type": "number", "exclusiveMinimum": True, "minimum": 1, "maximum": 2},
+        {"type": "string", "pattern": "\\p{L}+"},  # an escape Python lacks, left to the backends
+    ],
+)
+def test_satisfiable_schemas_pass(schema):
+    check_constraint(ConstraintSpec(json_schema=schema), LIMIT)
+    check_constraint(ConstraintSpec(regex="\\p{L}+"), LIMIT)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_every_benchmark_schema_with_a_valid_instance_passes():
+    """Soundness against data: a schema that some instance satisfies is never called unsatisfiable."""
+    checked = 0
+    for path in sorted(SCHEMAS.glob("*.json")):
+        record = json.loads(path.read_text())
+        valid = [t["data"] for t in record["tests"] if t["valid"]]
+        validator = jsonschema.validators.validator_for(record["schema"])(record["schema"])
+        if not valid or not validator.is_valid(valid[0]):
+            continue
+        check_constraint(ConstraintSpec(json_schema=record["schema"]), LIMIT)
+        checked += 1
+    if not checked:
+        pytest.skip(f"no schemas under {SCHEMAS}")
+    assert checked > 100
+
+
+def test_contradiction_reads_exclusive_bounds():
+    assert contradiction({"type": "number", "exclusiveMinimum": 2, "exclusiveMaximum": 2})
+    assert contradiction({"type": "number", "minimum": 2, "exclusiveMaximum": 2})
+    assert contradiction({"type": "number", "minimum": 2, "maximum": 2}) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(0, 4), keys=st.lists(st.integers(0, 6), max_size=40))
+def test_lru_cache_matches_a_reference_model(capacity, keys):
+    cache: LRUCache[str] = LRUCache(capacity)
+    model: OrderedDict[int, str] = OrderedDict()
+    computed = 0
+    for key in keys:
+        value, hit = cache.get_or_compute(key, lambda k=key: f"v{k}")
+        assert value == f"v{key}"
+        assert hit == (key in model)
+        if key in model:
+            model.move_to_end(key)
+        else:
+            computed += 1
+            if capacity:
+                model[key] = value
+                if len(model) > capacity:
+                    model.popitem(last=False)
+        assert cache.keys() == list(model)
+    assert cache.stats.misses == computed and cache.stats.hits == len(keys) - computed
+
+
+def test_lru_cache_does_not_keep_failures():
+    cache: LRUCache[int] = LRUCache(2)
+
+    def boom() -> int:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        cache.get_or_compute("k", boom)
+    assert cache.get_or_compute("k", lambda: 1) == (1, False)

@@ -1,0 +1,43 @@
+"""``pyagent generate`` with a constraint: the record and summary name the backend; bad flags fail fast."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyagent_core.registry import get_registry
+from pyagent_engine.models.embedded import find_embedded_gguf
+
+
+def test_choice_record_and_summary_name_the_grammar_backend(cli, tmp_path):
+    if find_embedded_gguf() is None or not get_registry().available("grammar"):
+        pytest.skip("needs the embedded model and a grammar backend plugin")
+    result = cli("generate", "Is the sky blue? Answer yes or no.", "--choice", "yes,no", "--max-tokens", "4",
+                 "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    grammar = record["grammar"]
+    assert record["text"] in ("yes", "no") and record["finish_reason"] == "stop"
+    assert grammar["backend"] == record["backends"]["grammar"] == get_registry().default("grammar").name
+    assert grammar["requested"] == "auto" and grammar["jump_forward_tokens"] >= 0
+    summary = result.stderr.strip().splitlines()[-1]
+    assert f"grammar={grammar['backend']}" in summary and "jump-forward tokens" in summary
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--regex", "a+", "--choice", "a,b"), "a request takes one constraint, got --regex and --choice"),
+        (("--json-object", "--grammar", "g.ebnf"), "got --json-object and --grammar"),
+        (("--json-schema", "missing.json"), "cannot read the JSON schema file missing.json"),
+        (("--json-schema", "bad.json"), "the JSON schema is not valid JSON"),
+        (("--regex", "(a"), "regex '(a' does not parse"),
+        (("--grammar-backend", "xgrammar"), "--grammar-backend and --no-grammar-fallback need a constraint"),
+    ],
+)
+def test_bad_constraint_flags_fail_before_loading_the_model(cli, tmp_path, args, message):
+    (tmp_path / "bad.json").write_text('{"type": ')
+    result = cli("generate", "hi", *args, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

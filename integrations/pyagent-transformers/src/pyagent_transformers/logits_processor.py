@@ -1,0 +1,115 @@
+"""Use a pyagent sampler chain inside Hugging Face transformers' ``model.generate()``.
+
+:class:`PyagentLogitsProcessor` is a ``transformers.LogitsProcessor``: give it processor names (an
+order string like ``"penalties,top_k,top_p,min_p,temperature"``, as for ``pyagent generate
+--samplers``) and the per-request parameters, and pass it in ``logits_processor=`` with
+``do_sample=True`` (transformers then draws from the processed scores; leave its own ``top_k`` /
+``top_p`` / ``temperature`` at their neutral values)::
+
+    from transformers import LogitsProcessorList
+    from pyagent_transformers.logits_processor import PyagentLogitsProcessor
+
+    chain = PyagentLogitsProcessor("penalties,top_k,min_p,temperature",
+                                   {"repetition_penalty": 1.2, "top_k": 40, "min_p": 0.05, "temperature": 0.7})
+    model.generate(input_ids, do_sample=True, top_k=0, logits_processor=LogitsProcessorList([chain]))
+
+Each row of ``input_ids`` is one pyagent request: the ids at the first call are its prompt, and every
+later call's last column is its newest output token, so history-based processors (penalties, DRY,
+no-repeat-ngram...) see exactly what they would in the engine. When the rows do not continue the
+previous call's rows (a new ``generate()``, or beam search reordering them), the state starts afresh
+from the current ids. This module imports transformers only for the base class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor as HFLogitsProcessor
+
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_core.registry import Registry, get_registry
+from pyagent_engine.fused_mask import apply_processors
+
+
+def _names(processors: str | Sequence[str]) -> list[str]:
+    if isinstance(processors, str):
+        processors = processors.replace(";", ",").replace(" ", ",").split(",")
+    return [name.strip() for name in processors if name.strip()]
+
+
+class PyagentLogitsProcessor(HFLogitsProcessor):
+    """A chain of pyagent logits processors as one transformers ``LogitsProcessor``.
+
+    Args:
+        processors: processor names in chain order (a list, or a comma-separated order string).
+        params: per-request parameters shared by every row (``{"top_k": 40, ...}``), or one mapping
+            per row of the batch.
+        options: engine-level options per processor name (``{"penalties": {"backend": "torch"}}``).
+        registry: where processors are looked up (default: the installed plugins).
+
+    Raises:
+        pyagent_core.errors.SelectionError: an unknown or unavailable processor (when constructed).
+        ValueError: invalid parameters (at the first call, which builds the processors).
+    """
+
+    def __init__(self, processors: str | Sequence[str], params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
+                 options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None) -> None:
+        self.registry = registry or get_registry()
+        self.names = _names(processors)
+        self.selections = [self.registry.select("sampler", name, (options or {}).get(name)) for name in self.names]
+        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]  # type: ignore[attr-defined]
+        if selectors:
+            raise ValueError(f"{selectors[0]!r} is a token selector; transformers chooses the token, so pass "
+                             "logits processors only")
+        self.params = params
+        self._processors: list[LogitsProcessor] = []
+        self._vocab = -1
+        self._outputs: list[list[int]] = []
+        self._ids: torch.Tensor | None = None
+
+    def _row_params(self, rows: int) -> list[Mapping[str, Any]]:
+        if isinstance(self.params, Mapping):
+            return [self.params] * rows
+        if len(self.params) != rows:
+            raise ValueError(f"params has {len(self.params)} entries but input_ids has {rows} rows; "
+                             "pass one mapping per row, or a single mapping for every row")
+        return list(self.params)
+
+    def _start(self, input_ids: torch.Tensor, vocab: int) -> None:
+        """Build the processors (once per vocabulary size) and add every row as a new request."""
+        if vocab != self._vocab:
+            self._processors = [self.registry.load(s.backend)(s.options, vocab) for s in self.selections]
+            self._vocab = vocab
+        else:
+            for processor in self._processors:
+                processor.update_state(BatchUpdate(0, removed=tuple(range(len(self._outputs)))))
+        rows = int(input_ids.shape[0])
+        self._outputs = [[] for _ in range(rows)]
+        added = tuple(AddedRequest(r, dict(p), input_ids[r].tolist(), self._outputs[r])
+                      for r, p in enumerate(self._row_params(rows)))
+        for processor in self._processors:
+            processor.update_state(BatchUpdate(rows, added=added))
+
+    def _continues(self, input_ids: torch.Tensor) -> bool:
+        """Whether ``input_ids`` is the previous call's ids plus one column."""
+        previous = self._ids
+        return (previous is not None and input_ids.shape[0] == previous.shape[0]
+                and input_ids.shape[1] == previous.shape[1] + 1
+                and torch.equal(input_ids[:, :-1], previous))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Process ``scores [batch, vocab]`` given the ids so far; returns the processed scores."""
+        ids = input_ids.detach().cpu()
+        if self._continues(ids):
+            for outputs, token in zip(self._outputs, ids[:, -1].tolist(), strict=True):
+                outputs.append(token)
+            for processor in self._processors:
+                processor.update_state(None)
+        else:
+            self._start(ids, int(scores.shape[-1]))
+        self._ids = ids
+        work = scores.detach().to("cpu", torch.float32).contiguous()
+        processed = apply_processors(self._processors, work)
+        return processed.to(scores.device, scores.dtype)  # type: ignore[return-value]
