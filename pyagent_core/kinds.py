@@ -1,6 +1,14 @@
-"""The component kinds pyagent knows: name, registration hook, spec record type and interface."""
+"""The component kinds pyagent knows: name, registration hook, spec record type and interface.
+
+Each kind is also a typed handle: ``Kind[S]`` carries its spec record type ``S``, so
+``registry.select(ATTENTION)`` returns a ``Selection[AttentionSpec]`` and callers read
+``selection.backend.spec.dtypes`` without a cast. A kind's name (``"attention"``) works everywhere
+too, with results typed by the common base :class:`~pyagent_core.types.BackendSpec`.
+"""
 
 from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -16,15 +24,17 @@ from pyagent_core.types import (
     ToolParserSpec,
 )
 
+S = TypeVar("S", bound=BackendSpec)
+
 
 @attrs.frozen
-class Kind:
+class Kind(Generic[S]):
     """One component kind and everything the registry needs to know about it."""
 
     name: str
     title: str
     hook: str
-    spec_type: type[BackendSpec]
+    spec_type: type[S]
     folder: str
     interface: str
 
@@ -39,25 +49,24 @@ class Kind:
         return "PYAGENT_" + self.name.upper()
 
 
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("attention", "attention backend", "pyagent_register_attention_backends",
-             AttentionSpec, "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend"),
-        Kind("sampler", "sampler", "pyagent_register_samplers",
-             SamplerSpec, "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor"),
-        Kind("grammar", "grammar backend", "pyagent_register_grammar_backends",
-             GrammarSpec, "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend"),
-        Kind("proposer", "speculative proposer", "pyagent_register_proposers",
-             ProposerSpec, "plugins/spec_decode", "pyagent_core.interfaces.proposer:Proposer"),
-        Kind("eviction", "KV-cache eviction policy", "pyagent_register_eviction_policies",
-             EvictionSpec, "plugins/kvcache", "pyagent_core.interfaces.eviction:EvictionPolicy"),
-        Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers",
-             ToolParserSpec, "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser"),
-        Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
-             ReasoningParserSpec, "plugins/tool_parsers",
-             "pyagent_core.interfaces.reasoning_parser:ReasoningParser"),
-    )
+ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
+                 "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
+SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
+               "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor")
+GRAMMAR = Kind("grammar", "grammar backend", "pyagent_register_grammar_backends", GrammarSpec,
+               "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend")
+PROPOSER = Kind("proposer", "speculative proposer", "pyagent_register_proposers", ProposerSpec,
+                "plugins/spec_decode", "pyagent_core.interfaces.proposer:Proposer")
+EVICTION = Kind("eviction", "KV-cache eviction policy", "pyagent_register_eviction_policies", EvictionSpec,
+                "plugins/kvcache", "pyagent_core.interfaces.eviction:EvictionPolicy")
+TOOL_PARSER = Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers", ToolParserSpec,
+                   "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser")
+REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
+                        ReasoningParserSpec, "plugins/tool_parsers",
+                        "pyagent_core.interfaces.reasoning_parser:ReasoningParser")
+
+KINDS: dict[str, Kind[Any]] = {
+    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, TOOL_PARSER, REASONING_PARSER)
 }
 
 _ALIASES = {
@@ -68,8 +77,11 @@ _ALIASES = {
 }
 
 
-def get_kind(name: str) -> Kind:
-    """Look a kind up by name, plural or alias (``tool-parser``, ``samplers``, ``kvcache``...)."""
+def get_kind(name: str | Kind[Any]) -> Kind[Any]:
+    """Look a kind up by name, plural or alias (``tool-parser``, ``samplers``, ``kvcache``...); a
+    :class:`Kind` is returned as it is."""
+    if isinstance(name, Kind):
+        return name
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     try:

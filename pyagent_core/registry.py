@@ -20,7 +20,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import attrs
 import pluggy
@@ -45,6 +45,8 @@ from pyagent_core.types import BackendSpec
 
 STATUS_OK, STATUS_FAILED, STATUS_BLOCKED = "ok", "failed", "blocked"
 
+S = TypeVar("S", bound=BackendSpec)
+
 
 def _reason(exc: BaseException) -> str:
     """A one-line reason for an exception: its type and message, plus where it was raised."""
@@ -68,11 +70,14 @@ class PluginInfo:
 
 
 @attrs.frozen
-class Backend:
-    """A registered backend: its spec record and the plugin and distribution that registered it."""
+class Backend(Generic[S]):
+    """A registered backend: its spec record and the plugin and distribution that registered it.
+
+    ``Backend[AttentionSpec]`` when looked up through a typed kind handle (``registry.get(ATTENTION, ...)``).
+    """
 
     kind: str
-    spec: BackendSpec
+    spec: S
     plugin: str
     dist: str | None
     version: str | None
@@ -98,10 +103,10 @@ class Availability:
 
 
 @attrs.frozen
-class Selection:
+class Selection(Generic[S]):
     """The backend chosen for a kind, its validated options, and where each choice came from."""
 
-    backend: Backend
+    backend: Backend[S]
     source: str
     options: Mapping[str, Any]
     option_sources: Mapping[str, str]
@@ -151,7 +156,7 @@ class Registry:
         self._lock = threading.RLock()
         self._loaded = False
         self._plugins: dict[str, PluginInfo] = {}
-        self._backends: dict[str, list[Backend]] = {kind: [] for kind in KINDS}
+        self._backends: dict[str, list[Backend[Any]]] = {kind: [] for kind in KINDS}
         self._availability: dict[tuple[str, str, bool], Availability] = {}
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
@@ -300,19 +305,30 @@ class Registry:
             by_name.setdefault(backend.name, []).append(backend.dist or backend.plugin)
         return {name: owners for name, owners in by_name.items() if len(owners) > 1}
 
-    def backends(self, kind: str) -> list[Backend]:
-        """Every backend registered for ``kind`` (an alias such as ``samplers`` works), by name."""
+    @overload
+    def backends(self, kind: Kind[S]) -> list[Backend[S]]: ...
+    @overload
+    def backends(self, kind: str) -> list[Backend[BackendSpec]]: ...
+
+    def backends(self, kind: str | Kind[Any]) -> list[Backend[Any]]:
+        """Every backend registered for ``kind`` (a :class:`Kind`, its name, or an alias such as
+        ``samplers``), by name."""
         self.load_plugins()
         return sorted(self._backends[get_kind(kind).name], key=lambda b: (b.name, b.dist or ""))
 
-    def get(self, kind: str, name: str) -> Backend:
+    @overload
+    def get(self, kind: Kind[S], name: str) -> Backend[S]: ...
+    @overload
+    def get(self, kind: str, name: str) -> Backend[BackendSpec]: ...
+
+    def get(self, kind: str | Kind[Any], name: str) -> Backend[Any]:
         """The backend ``name`` (or ``dist:name``) of ``kind``.
 
         Raises :class:`UnknownBackendError` (with the choices and any broken plugins) or
         :class:`AmbiguousBackendError` when several distributions claim ``name``.
         """
-        kind = get_kind(kind).name
-        candidates = self.backends(kind)
+        kind_name = get_kind(kind).name
+        candidates = self.backends(kind_name)
         dist, sep, short = name.rpartition(":")
         if sep:
             owner = canonicalize_name(dist)
@@ -323,14 +339,14 @@ class Registry:
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
-            raise AmbiguousBackendError(kind, short, [b.dist or b.plugin for b in found])
-        raise UnknownBackendError(kind, name, {b.name for b in candidates}, self._broken_hint())
+            raise AmbiguousBackendError(kind_name, short, [b.dist or b.plugin for b in found])
+        raise UnknownBackendError(kind_name, name, {b.name for b in candidates}, self._broken_hint())
 
     def _broken_hint(self) -> str:
         broken = [f"{p.name} ({p.errors[0]})" for p in self.plugins() if p.status == STATUS_FAILED]
         return "plugins that failed to load and may provide it: " + "; ".join(broken) if broken else ""
 
-    def availability(self, backend: Backend, deep: bool = False) -> Availability:
+    def availability(self, backend: Backend[Any], deep: bool = False) -> Availability:
         """Whether ``backend`` can run here.
 
         Without ``deep`` only declared requirements are checked against installed distributions;
@@ -344,7 +360,7 @@ class Registry:
         self._availability[key] = result
         return result
 
-    def _judge(self, backend: Backend, deep: bool) -> Availability:
+    def _judge(self, backend: Backend[Any], deep: bool) -> Availability:
         for requirement in backend.spec.requires:
             problem = requirement_problem(requirement)
             if problem:
@@ -362,20 +378,30 @@ class Registry:
             return Availability(False, verdict, checked=True)
         return Availability(True, checked=True)
 
-    def check(self, backend: Backend) -> Availability:
+    def check(self, backend: Backend[Any]) -> Availability:
         """Deep check: import the implementation and run its ``check_available()``."""
         return self.availability(backend, deep=True)
 
-    def available(self, kind: str) -> list[Backend]:
+    @overload
+    def available(self, kind: Kind[S]) -> list[Backend[S]]: ...
+    @overload
+    def available(self, kind: str) -> list[Backend[BackendSpec]]: ...
+
+    def available(self, kind: str | Kind[Any]) -> list[Backend[Any]]:
         """The backends of ``kind`` whose requirements are met, by name."""
         return [b for b in self.backends(kind) if self.availability(b).available]
 
-    def default(self, kind: str) -> Backend | None:
+    @overload
+    def default(self, kind: Kind[S]) -> Backend[S] | None: ...
+    @overload
+    def default(self, kind: str) -> Backend[BackendSpec] | None: ...
+
+    def default(self, kind: str | Kind[Any]) -> Backend[Any] | None:
         """The highest-priority available backend of ``kind`` (ties: by name), if any."""
         choices = sorted(self.available(kind), key=lambda b: (-b.spec.priority, b.name, b.dist or ""))
         return choices[0] if choices else None
 
-    def load(self, backend: Backend) -> Any:
+    def load(self, backend: Backend[Any]) -> Any:
         """Import and return the implementation of ``backend`` (class or factory)."""
         return import_impl(backend.spec.impl)
 
@@ -388,33 +414,41 @@ class Registry:
             self._settings = Settings.load(self.environ)
         return self._settings
 
+    @overload
+    def select(self, kind: Kind[S], name: str | None = None,
+               options: Mapping[str, Any] | None = None) -> Selection[S]: ...
+    @overload
     def select(self, kind: str, name: str | None = None,
-               options: Mapping[str, Any] | None = None) -> Selection:
+               options: Mapping[str, Any] | None = None) -> Selection[BackendSpec]: ...
+
+    def select(self, kind: str | Kind[Any], name: str | None = None,
+               options: Mapping[str, Any] | None = None) -> Selection[Any]:
         """Choose the backend of ``kind``: ``name`` > environment > project > user > priority.
 
         ``options`` (from code or ``--opt``) override the option tables of the config files.
         Raises a :class:`~pyagent_core.errors.SelectionError` naming the backend, the reason and
         the valid choices, or :class:`OptionError` for a bad option.
         """
-        kind = get_kind(kind).name
+        kind_name = get_kind(kind).name
         if name:
             chosen, source = name, "argument"
-        elif (configured := self.settings.selected(kind)) is not None:
+        elif (configured := self.settings.selected(kind_name)) is not None:
             chosen, source = configured
         else:
-            default = self.default(kind)
+            default = self.default(kind_name)
             if default is None:
-                raise NoBackendError(kind, [(b.name, self.availability(b).reason or "") for b in self.backends(kind)])
+                raise NoBackendError(kind_name, [(b.name, self.availability(b).reason or "")
+                                                 for b in self.backends(kind_name)])
             return self._with_options(default, f"default (priority {default.spec.priority})", options)
-        backend = self.get(kind, chosen)
+        backend = self.get(kind_name, chosen)
         verdict = self.availability(backend)
         if not verdict.available:
-            raise BackendUnavailableError(kind, chosen, verdict.reason or "unavailable",
-                                          [b.name for b in self.available(kind)])
+            raise BackendUnavailableError(kind_name, chosen, verdict.reason or "unavailable",
+                                          [b.name for b in self.available(kind_name)])
         return self._with_options(backend, source, options)
 
-    def _with_options(self, backend: Backend, source: str,
-                      explicit: Mapping[str, Any] | None) -> Selection:
+    def _with_options(self, backend: Backend[Any], source: str,
+                      explicit: Mapping[str, Any] | None) -> Selection[Any]:
         owner = f"{backend.kind} backend {backend.name!r}"
         layers = self.settings.option_layers(backend.kind, backend.name)
         layers.append((dict(explicit or {}), "argument"))

@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.errors import BackendUnavailableError, RequestError
+from pyagent_core.errors import BackendUnavailableError, ConfigError, RequestError
+from pyagent_core.kinds import ATTENTION
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
 from pyagent_core.registry import Registry, Selection, get_registry
 from pyagent_core.types import AttentionSpec
@@ -65,9 +66,9 @@ class EngineConfig:
     def __attrs_post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:
-                raise RequestError(f"{name} must be positive, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.kv_cache_gib <= 0:
-            raise RequestError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
+            raise ConfigError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
         check_cache_config(self)
 
 
@@ -118,7 +119,7 @@ class Engine:
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
         model_config = loaded.config
-        self.attention_selection = self.registry.select("attention", attention, attention_options)
+        self.attention_selection = self.registry.select(ATTENTION, attention, attention_options)
         self._check_attention(self.attention_selection)
         backend = self.registry.load(self.attention_selection.backend)(
             model_config.num_heads, model_config.head_dim, model_config.num_kv_heads,
@@ -149,9 +150,8 @@ class Engine:
         )
         self._fire("pyagent_engine_started")
 
-    def _check_attention(self, selection: Selection) -> None:
+    def _check_attention(self, selection: Selection[AttentionSpec]) -> None:
         spec, cfg = selection.backend.spec, self.loaded.config
-        assert isinstance(spec, AttentionSpec)
         problems = []
         dtype = _dtype_name(self.loaded.dtype)
         if dtype not in spec.dtypes:

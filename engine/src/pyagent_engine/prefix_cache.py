@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ConfigError
 from pyagent_core.interfaces.eviction import EvictionPolicy
 from pyagent_core.registry import Registry, Selection
 from pyagent_engine.block_hash import BlockHash, HashFunction, extend_block_hashes, hash_function
@@ -40,18 +40,18 @@ SCHEDULES = ("fcfs", "prefix")
 
 
 def check_cache_config(config: EngineConfig) -> None:
-    """Raise :class:`RequestError` (or ConfigError for the hash) if ``config``'s cache settings do not fit."""
+    """Raise :class:`ConfigError` if ``config``'s cache settings do not fit."""
     hash_function(config.kv_hash)
     if not isinstance(config.offload_blocks, int) or config.offload_blocks < 0:
-        raise RequestError(f"offload_blocks must be an integer >= 0, got {config.offload_blocks!r}")
+        raise ConfigError(f"offload_blocks must be an integer >= 0, got {config.offload_blocks!r}")
     if config.schedule not in SCHEDULES:
-        raise RequestError(f"unknown schedule {config.schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+        raise ConfigError(f"unknown schedule {config.schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     if not config.prefix_caching:
         needs = [name for name, on in (("an offload tier", config.offload_blocks > 0),
                                        ("schedule 'prefix'", config.schedule == "prefix"),
                                        ("an eviction policy", config.eviction is not None)) if on]
         if needs:
-            raise RequestError(f"{' and '.join(needs)} needs prefix caching; turn it on (--prefix-caching)")
+            raise ConfigError(f"{' and '.join(needs)} needs prefix caching; turn it on (--prefix-caching)")
 
 
 @attrs.define

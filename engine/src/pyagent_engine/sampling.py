@@ -25,6 +25,7 @@ from pyagent_core.interfaces.sampler import (
     MoveKind,
     TokenSelector,
 )
+from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry, Selection
 from pyagent_engine.fused_mask import apply_processors
 from pyagent_engine.request import Request
@@ -120,7 +121,7 @@ class SamplerChain:
     def __init__(self, registry: Registry, vocab_size: int, processors: str | Sequence[str] | None = None,
                  options: Mapping[str, Mapping[str, Any]] | None = None,
                  eos_token_ids: Sequence[int] = ()) -> None:
-        known = {b.name for b in registry.backends("sampler") if not b.spec.selects_token}  # type: ignore[attr-defined]
+        known = {b.name for b in registry.backends(SAMPLER) if not b.spec.selects_token}
         if processors is None:
             names = tuple(n for n in DEFAULT_PROCESSORS if n in known)
             self.skipped = tuple(n for n in DEFAULT_PROCESSORS if n not in known)
@@ -135,7 +136,7 @@ class SamplerChain:
         if stray:
             raise SelectionError(f"sampler options name {stray[0]!r}, which is not in the chain "
                                  f"({','.join(names) or 'no processors'}); add it to the sampler order")
-        self.selections = [registry.select("sampler", name, options.get(name))
+        self.selections = [registry.select(SAMPLER, name, options.get(name))
                            for name in (*names, GREEDY, RANDOM)]
         built = [self._build(registry, s, vocab_size) for s in self.selections]
         self.processors: list[LogitsProcessor] = [p for p in built[:-2] if isinstance(p, LogitsProcessor)]

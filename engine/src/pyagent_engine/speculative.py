@@ -49,10 +49,10 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ConfigError
 from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerRequest
+from pyagent_core.kinds import PROPOSER
 from pyagent_core.registry import Registry
-from pyagent_core.types import ProposerSpec
 from pyagent_engine.block_pool import BlockPool
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain
@@ -325,7 +325,7 @@ def _walk(request: Request, chosen: Sequence[int], offset: int) -> list[int]:
 
 def _positive_draft_length(_instance: object, _attribute: object, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise RequestError(f"num_draft_tokens must be a positive integer, got {value!r}; "
+        raise ConfigError(f"num_draft_tokens must be a positive integer, got {value!r}; "
                            "leave speculative decoding off to draft nothing")
 
 
@@ -358,10 +358,8 @@ class SpeculativeDecoder:
 
     def __init__(self, registry: Registry, config: SpeculativeConfig, vocab_size: int, *, target: Any = None) -> None:
         self.config = config
-        self.selection = registry.select("proposer", config.proposer, config.options)
-        spec = self.selection.backend.spec
-        assert isinstance(spec, ProposerSpec)
-        self.spec = spec
+        self.selection = registry.select(PROPOSER, config.proposer, config.options)
+        spec = self.spec = self.selection.backend.spec
         cls = registry.load(self.selection.backend)
         self.proposer: Proposer = (cls(self.selection.options, target=target) if spec.needs_model
                                    else cls(self.selection.options))

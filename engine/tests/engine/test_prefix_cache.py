@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyagent_core.errors import ConfigError, EvictionError, PyagentError, RequestError
+from pyagent_core.errors import ConfigError, EvictionError, RequestError
 from pyagent_core.interfaces.eviction import EvictionPolicy
 from pyagent_core.registry import get_registry
 from pyagent_engine.block_hash import HASH_NAMES, extend_block_hashes, hash_function
@@ -370,7 +370,7 @@ def test_bad_hash_names_and_missing_xxhash_are_clear(monkeypatch):
     with pytest.raises(ConfigError, match="choose one of: sha256, xxhash, builtin"):
         hash_function("md5")
     monkeypatch.setitem(sys.modules, "xxhash", None)
-    with pytest.raises(ConfigError, match="pip install 'pyagent-core\\[xxhash\\]'"):
+    with pytest.raises(ConfigError, match="pip install 'pyagent-engine\\[xxhash\\]'"):
         hash_function("xxhash")
 
 
@@ -385,7 +385,7 @@ def test_bad_hash_names_and_missing_xxhash_are_clear(monkeypatch):
     ],
 )
 def test_bad_cache_configs_are_rejected(fields, message):
-    with pytest.raises(PyagentError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         EngineConfig(**fields)
 
 

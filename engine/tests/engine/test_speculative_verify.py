@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ConfigError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
 from pyagent_core.registry import get_registry
 from pyagent_engine.params import SamplingParams
@@ -135,7 +135,7 @@ def test_controller_budgets_by_acceptance_and_plans_whole_paths() -> None:
 
 def test_non_positive_draft_length_is_an_error() -> None:
     for bad in (0, -3):
-        with pytest.raises(RequestError, match="num_draft_tokens"):
+        with pytest.raises(ConfigError, match="num_draft_tokens"):
             SpeculativeConfig(proposer="ngram", num_draft_tokens=bad)
 
 

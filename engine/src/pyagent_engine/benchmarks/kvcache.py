@@ -16,11 +16,12 @@ from pyagent_core.errors import PyagentError
 from pyagent_core.interfaces.eviction import EvictionPolicy
 from pyagent_core.options import validate_options
 from pyagent_core.registry import Registry, get_registry
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 from pyagent_engine.kvcache.simulator import MIN, PolicyFactory, gap_closed, record_and_time, replay_min
 from pyagent_engine.kvcache.trace import load_trace
 
 PEER = "lru"
-DEFAULT_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+DEFAULT_TRACE = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"
 """The Mooncake conversation trace in the shared data folder beside the repository."""
 
 

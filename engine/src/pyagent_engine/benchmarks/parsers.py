@@ -28,8 +28,9 @@ from typing import Any
 import attrs
 
 from pyagent_core.registry import Registry, get_registry
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+DEFAULT_DATA = SHARED_DATA / "jsonschemabench"
 
 
 @attrs.frozen

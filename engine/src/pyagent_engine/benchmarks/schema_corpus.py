@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from pyagent_core.interfaces.grammar import CompiledGrammar, TokenizerInfo, allocate_bitmask
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
 DATA_ENV = "PYAGENT_JSONSCHEMABENCH"
 SEPARATORS = {"compact": (",", ":"), "spaced": (", ", ": ")}
@@ -30,7 +31,7 @@ def default_data_dir() -> Path:
     configured = os.environ.get(DATA_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+    return SHARED_DATA / "jsonschemabench"
 
 
 @attrs.frozen

@@ -42,8 +42,9 @@ from typing import Any
 import attrs
 
 from pyagent_engine.benchmarks.code_editing import CODE_EDITING
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
-SPECBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "specbench" / "question.jsonl"
+SPECBENCH = SHARED_DATA / "specbench" / "question.jsonl"
 
 @attrs.frozen(kw_only=True)
 class SpecBenchSettings:

@@ -37,6 +37,7 @@ from pyagent_core.errors import (
     UnsupportedConstraintError,
 )
 from pyagent_core.interfaces.grammar import CompiledGrammar, ConstraintSpec, GrammarBackend, TokenizerInfo
+from pyagent_core.kinds import GRAMMAR
 from pyagent_core.registry import Backend, Registry
 from pyagent_core.types import GrammarSpec
 from pyagent_engine.structured.cache import LRUCache
@@ -172,33 +173,33 @@ class GrammarOrchestrator:
 
     # --- which backends --------------------------------------------------------------------------
 
-    def order(self) -> list[Backend]:
+    def order(self) -> list[Backend[GrammarSpec]]:
         """The backends ``"auto"`` walks, in order (see the module doc)."""
         names = self.config.fallback_order or _names(self.registry.environ.get(ORDER_ENV, ""))
         if names:
             return [self._get(name) for name in names]
-        available = sorted(self.registry.available("grammar"), key=lambda b: (-b.spec.priority, b.name))
+        available = sorted(self.registry.available(GRAMMAR), key=lambda b: (-b.spec.priority, b.name))
         if not available:
             raise GrammarBackendError(
                 "no grammar backend is available, so constraints cannot be served; install one "
                 "(pip install pyagent-grammar-xgrammar, -guidance or -lmfe) and see `pyagent list grammar`"
             )
         try:
-            first = self.registry.select("grammar").backend
+            first = self.registry.select(GRAMMAR).backend
         except SelectionError as exc:
             raise GrammarBackendError(f"the configured grammar backend cannot be used: {exc}") from None
         return [first, *(b for b in available if b.qualified_name != first.qualified_name)]
 
-    def chain(self, params: StructuredOutputParams) -> list[Backend]:
+    def chain(self, params: StructuredOutputParams) -> list[Backend[GrammarSpec]]:
         """The backends that may serve ``params``: the named one, or the order (its head without fallback)."""
         if params.backend != AUTO:
             return [self._get(params.backend)]
         order = self.order()
         return order if params.fallback else order[:1]
 
-    def _get(self, name: str) -> Backend:
+    def _get(self, name: str) -> Backend[GrammarSpec]:
         try:
-            return self.registry.get("grammar", name)
+            return self.registry.get(GRAMMAR, name)
         except SelectionError as exc:
             raise GrammarBackendError(str(exc)) from None
 
@@ -218,12 +219,11 @@ class GrammarOrchestrator:
         """Check and compile ``params`` in the calling thread's wait (pool, time limit and cache apply)."""
         return self.submit(params).result()
 
-    def compile_chain(self, constraint: ConstraintSpec, chain: Sequence[Backend]) -> CompiledConstraint:
+    def compile_chain(self, constraint: ConstraintSpec, chain: Sequence[Backend[GrammarSpec]]) -> CompiledConstraint:
         """Walk ``chain`` until a backend compiles ``constraint``; raise when none does."""
         started = time.perf_counter()
         skipped: list[Skip] = []
         for backend in chain:
-            assert isinstance(backend.spec, GrammarSpec)
             reason = self._static_refusal(backend.spec, constraint)
             if reason is None:
                 verdict, hit = self.cache.get_or_compute(self._key(backend, constraint),
@@ -244,13 +244,13 @@ class GrammarOrchestrator:
             "simplify the constraint or install a backend that supports it (`pyagent list grammar`)"
         )
 
-    def _key(self, backend: Backend, constraint: ConstraintSpec) -> Hashable:
+    def _key(self, backend: Backend[GrammarSpec], constraint: ConstraintSpec) -> Hashable:
         options = tuple(sorted((k, repr(v)) for k, v in self._options(backend).items()))
         return backend.qualified_name, options, constraint, self.fingerprint
 
-    def _options(self, backend: Backend) -> dict[str, object]:
+    def _options(self, backend: Backend[GrammarSpec]) -> dict[str, object]:
         try:
-            return dict(self.registry.select("grammar", backend.qualified_name).options)
+            return dict(self.registry.select(GRAMMAR, backend.qualified_name).options)
         except SelectionError:
             return {}
 
@@ -262,7 +262,7 @@ class GrammarOrchestrator:
             return f"does not accept {constraint.grammar_dialect} grammars (accepts {accepted})"
         return None
 
-    def _compile_one(self, backend: Backend, constraint: ConstraintSpec) -> _Verdict:
+    def _compile_one(self, backend: Backend[GrammarSpec], constraint: ConstraintSpec) -> _Verdict:
         instance = self.instance(backend)
         if isinstance(instance, str):
             return _Verdict(None, instance)
@@ -285,7 +285,7 @@ class GrammarOrchestrator:
         grammar.matcher().fill_bitmask(bitmask, 0)
         return bool(bitmask.any())
 
-    def instance(self, backend: Backend) -> GrammarBackend | str:
+    def instance(self, backend: Backend[GrammarSpec]) -> GrammarBackend | str:
         """The backend built for this tokenizer (once), or the reason it cannot be used here.
 
         Each backend is built under its own lock, so a slow one does not hold up the others.
@@ -298,12 +298,12 @@ class GrammarOrchestrator:
                 self._instances[key] = self._build(backend)
             return self._instances[key]
 
-    def _build(self, backend: Backend) -> GrammarBackend | str:
+    def _build(self, backend: Backend[GrammarSpec]) -> GrammarBackend | str:
         verdict = self.registry.availability(backend)
         if not verdict.available:
             return f"not available: {verdict.reason}"
         try:
-            selection = self.registry.select("grammar", backend.qualified_name)
+            selection = self.registry.select(GRAMMAR, backend.qualified_name)
             instance: GrammarBackend = self.registry.load(backend)(self.tokenizer_info, selection.options)
         except Exception as exc:  # a backend that cannot start is skipped, the others still serve
             return f"failed to start: {type(exc).__name__}: {exc}"

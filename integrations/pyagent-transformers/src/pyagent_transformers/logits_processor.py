@@ -29,6 +29,7 @@ import torch
 from transformers import LogitsProcessor as HFLogitsProcessor
 
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.fused_mask import apply_processors
 
@@ -58,8 +59,8 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
                  options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None) -> None:
         self.registry = registry or get_registry()
         self.names = _names(processors)
-        self.selections = [self.registry.select("sampler", name, (options or {}).get(name)) for name in self.names]
-        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]  # type: ignore[attr-defined]
+        self.selections = [self.registry.select(SAMPLER, name, (options or {}).get(name)) for name in self.names]
+        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]
         if selectors:
             raise ValueError(f"{selectors[0]!r} is a token selector; transformers chooses the token, so pass "
                              "logits processors only")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ConfigError, RequestError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
 from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.models.loader import LoadedModel, load_model
@@ -39,7 +39,7 @@ class DraftModelProposer(Proposer):
         target: the engine's model, whose tokenizer the draft model must share.
 
     Raises:
-        RequestError: the draft model's tokenizer is not the target's.
+        ConfigError: the draft model's tokenizer is not the target's.
     """
 
     def __init__(self, options: Mapping[str, Any], *, target: LoadedModel) -> None:
@@ -47,7 +47,7 @@ class DraftModelProposer(Proposer):
         draft = load_model(self.options["model"] or None, self.options["dtype"])
         problem = tokenizer_mismatch(target, draft)
         if problem is not None:
-            raise RequestError(f"draft-model cannot draft for this model: {problem}; choose a draft model "
+            raise ConfigError(f"draft-model cannot draft for this model: {problem}; choose a draft model "
                                "trained with the target's tokenizer")
         config = EngineConfig(kv_cache_gib=float(self.options["kv_cache_gib"]), prefix_caching=True)
         self.engine = Engine(draft, config=config)
