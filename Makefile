@@ -34,7 +34,6 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q
