@@ -62,11 +62,11 @@ def measure(dtype: torch.dtype, context: int, batch_size: int, repeat: int) -> d
     """Times of both backends on one decode batch, and the paged kernel's effective bandwidth."""
     batch = make_batch(Shape((context - 1,) * batch_size, (1,) * batch_size), block_size=BLOCK_SIZE,
                        num_heads=HEADS, num_kv_heads=KV_HEADS, head_size=HEAD_SIZE, dtype=dtype, seed=context)
-    cache, md = batch.kv_cache, batch.metadata
+    cache, md, attention = batch.kv_cache, batch.metadata, batch.context()
     backends = {
-        "paged": PagedAttention(HEADS, HEAD_SIZE, KV_HEADS, batch.scale, {"threads": 1}),
-        "paged_t2": PagedAttention(HEADS, HEAD_SIZE, KV_HEADS, batch.scale, {"threads": 2}),
-        "torch_sdpa": TorchSdpaAttention(HEADS, HEAD_SIZE, KV_HEADS, batch.scale, {"batch_invariant": True}),
+        "paged": PagedAttention({"threads": 1}, attention),
+        "paged_t2": PagedAttention({"threads": 2}, attention),
+        "torch_sdpa": TorchSdpaAttention({"batch_invariant": True}, attention),
     }
     row: dict[str, Any] = {"dtype": str(dtype).removeprefix("torch."), "context": context, "batch": batch_size}
     with torch.inference_mode():

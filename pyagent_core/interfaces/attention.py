@@ -95,6 +95,40 @@ class AttentionMetadata:
                     f"metadata.tree_mask must have shape [{t}, {self.max_query_len}], got {list(mask.shape)}")
 
 
+@attrs.frozen(kw_only=True)
+class AttentionContext:
+    """What an attention backend is built for: the model's heads and the engine's KV cache.
+
+    Attributes:
+        num_heads: number of query heads.
+        head_size: size of each head (of queries, keys and values alike).
+        num_kv_heads: number of key/value heads; divides ``num_heads`` (query head ``h`` reads
+            key/value head ``h // (num_heads // num_kv_heads)``: grouped-query attention).
+        scale: factor applied to ``q @ k.T`` before the softmax, usually ``head_size ** -0.5``.
+        block_size: tokens per block of the KV caches the engine allocates (their ``shape[2]``), for
+            backends that plan work or workspaces by block.
+        dtype: name of the torch dtype the engine runs attention in (``"float32"``, ``"bfloat16"``):
+            the dtype of ``q``, ``k``, ``v`` and the caches; one of the spec's ``dtypes``.
+
+    Raises:
+        ValueError: when ``num_heads`` is not a positive multiple of ``num_kv_heads``, or
+            ``head_size`` or ``block_size`` is not positive.
+    """
+
+    num_heads: int
+    head_size: int
+    num_kv_heads: int
+    scale: float
+    block_size: int
+    dtype: str
+
+    def __attrs_post_init__(self) -> None:
+        _expect(self.num_heads > 0 and self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
+                f"num_heads ({self.num_heads}) must be a positive multiple of num_kv_heads ({self.num_kv_heads})")
+        _expect(self.head_size > 0, f"head_size must be positive, got {self.head_size}")
+        _expect(self.block_size > 0, f"block_size must be positive, got {self.block_size}")
+
+
 class AttentionBackend(ABC):
     """Computes attention for one layer at a time over the paged KV cache.
 
@@ -103,25 +137,19 @@ class AttentionBackend(ABC):
     :meth:`forward` to get that behaviour.
 
     Args:
-        num_heads: number of query heads.
-        head_size: size of each head.
-        num_kv_heads: number of key/value heads; divides ``num_heads`` (query head ``h`` reads
-            key/value head ``h // (num_heads // num_kv_heads)``: grouped-query attention).
-        scale: factor applied to ``q @ k.T`` before the softmax, usually ``head_size ** -0.5``.
         options: the backend's validated options (defaults filled in).
+        context: the model's heads and the engine's cache layout, see :class:`AttentionContext`;
+            ``num_heads``, ``head_size``, ``num_kv_heads`` and ``scale`` are also attributes of the
+            backend.
     """
 
-    def __init__(
-        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
-    ) -> None:
-        _expect(num_heads > 0 and num_kv_heads > 0 and num_heads % num_kv_heads == 0,
-                f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})")
-        _expect(head_size > 0, f"head_size must be positive, got {head_size}")
-        self.num_heads = num_heads
-        self.head_size = head_size
-        self.num_kv_heads = num_kv_heads
-        self.scale = scale
+    def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
         self.options = dict(options)
+        self.context = context
+        self.num_heads = context.num_heads
+        self.head_size = context.head_size
+        self.num_kv_heads = context.num_kv_heads
+        self.scale = context.scale
 
     @classmethod  # noqa: B027 - optional hook
     def check_available(cls) -> None:

@@ -1,11 +1,12 @@
-"""Meta-tests of the attention kit: the scaffold's SDPA backend passes it, broken variants fail it."""
+"""Meta-tests of the attention kit: the scaffold's SDPA backend passes it, broken variants fail it;
+the context a backend is built from refuses head layouts that cannot work."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.testing.attention import AttentionConformance
 from pyagent_core.testing.scaffolded import import_template
 
@@ -78,3 +79,24 @@ def test_kit_catches_broken_backend(impl: type[AttentionBackend], check: str) ->
 def test_kit_failure_is_specific() -> None:
     """A non-causal backend is still right where causality cannot matter: single-token decode."""
     _kit(NonCausalAttention).test_decode_single_token()
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"num_heads": 6, "num_kv_heads": 4}, r"num_heads \(6\) must be a positive multiple of num_kv_heads \(4\)"),
+    ({"num_heads": 4, "num_kv_heads": 0}, r"num_heads \(4\) must be a positive multiple of num_kv_heads \(0\)"),
+    ({"head_size": 0}, "head_size must be positive, got 0"),
+    ({"block_size": -16}, "block_size must be positive, got -16"),
+])
+def test_context_refuses_impossible_layouts(fields: dict[str, int], message: str) -> None:
+    good = {"num_heads": 8, "num_kv_heads": 2, "head_size": 64, "scale": 0.125, "block_size": 16, "dtype": "float32"}
+    AttentionContext(**good)
+    with pytest.raises(ValueError, match=message):
+        AttentionContext(**{**good, **fields})
+
+
+def test_backend_keeps_options_context_and_head_attributes() -> None:
+    context = AttentionContext(num_heads=8, num_kv_heads=2, head_size=64, scale=0.125, block_size=16,
+                               dtype="bfloat16")
+    backend = SdpaAttention({}, context)
+    assert backend.context is context and backend.options == {}
+    assert (backend.num_heads, backend.num_kv_heads, backend.head_size, backend.scale) == (8, 2, 64, 0.125)

@@ -17,6 +17,7 @@ import attrs
 import torch
 
 from pyagent_core.errors import BackendUnavailableError, ConfigError, RequestError
+from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.kinds import ATTENTION
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
 from pyagent_core.registry import Registry, Selection, get_registry
@@ -121,10 +122,11 @@ class Engine:
         model_config = loaded.config
         self.attention_selection = self.registry.select(ATTENTION, attention, attention_options)
         self._check_attention(self.attention_selection)
-        backend = self.registry.load(self.attention_selection.backend)(
-            model_config.num_heads, model_config.head_dim, model_config.num_kv_heads,
-            model_config.attention_scale, self.attention_selection.options,
-        )
+        attention_context = AttentionContext(
+            num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
+            scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype))
+        backend = self.registry.load(self.attention_selection.backend)(self.attention_selection.options,
+                                                                       attention_context)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
                            * loaded.dtype.itemsize * model_config.num_layers)
         self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))

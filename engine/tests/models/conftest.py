@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
@@ -86,7 +86,9 @@ def attention(checkpoint: Checkpoint) -> AttentionBackend:
     """The scaffold's reference attention (SDPA over the paged cache) for this model's heads."""
     cfg = checkpoint.config
     backend_class = import_template("attention").impl.KitReference
-    return backend_class(cfg.num_heads, cfg.head_dim, cfg.num_kv_heads, cfg.attention_scale, {})
+    context = AttentionContext(num_heads=cfg.num_heads, head_size=cfg.head_dim, num_kv_heads=cfg.num_kv_heads,
+                               scale=cfg.attention_scale, block_size=BLOCK_SIZE, dtype="float32")
+    return backend_class({}, context)
 
 
 def single_sequence_metadata(start: int, count: int, num_blocks: int) -> AttentionMetadata:

@@ -39,7 +39,7 @@ def test_forward_matches_torch_fallback(seed: int, dtype: torch.dtype) -> None:
     batch = make_batch(random_shape(gen, block_size), block_size=block_size, num_heads=num_heads,
                        num_kv_heads=kv_heads, head_size=head_size, dtype=dtype, seed=seed, tree=seed % 2 == 1)
     md = batch.metadata
-    backend = PagedAttention(num_heads, head_size, kv_heads, batch.scale, {"threads": 1 + seed % 2})
+    backend = PagedAttention({"threads": 1 + seed % 2}, batch.context())
     cache = batch.kv_cache.clone()
     out = backend.forward(batch.q, batch.k, batch.v, cache, md, 0)
     expected_cache = batch.kv_cache.clone()
@@ -57,7 +57,7 @@ def test_one_token_alone_or_batched_is_bitwise_equal() -> None:
     batch = make_batch(Shape((77, 5, 300), (1, 9, 1)), block_size=16, num_heads=9, num_kv_heads=3,
                        head_size=64, dtype=torch.bfloat16, seed=5)
     md = batch.metadata
-    backend = PagedAttention(9, 64, 3, batch.scale, {"threads": 1})
+    backend = PagedAttention({"threads": 1}, batch.context())
     batched = backend.forward(batch.q, batch.k, batch.v, batch.kv_cache.clone(), md, 0)
     single = attrs.evolve(md, block_tables=md.block_tables[:1], slot_mapping=md.slot_mapping[:1],
                           seq_lens=md.seq_lens[:1], query_start_loc=md.query_start_loc[:2],

@@ -23,20 +23,20 @@ def test_block_id_out_of_range(batch: Batch) -> None:
     bad = attrs.evolve(md, block_tables=tables)
     cache = batch.kv_cache.clone()
     with pytest.raises(ValueError, match="block_tables row 0"):
-        PagedAttention(4, 16, 2, batch.scale, {"threads": 1}).forward(batch.q, batch.k, batch.v, cache, bad, 0)
+        PagedAttention({"threads": 1}, batch.context()).forward(batch.q, batch.k, batch.v, cache, bad, 0)
     assert torch.equal(cache, batch.kv_cache)
 
 
 def test_non_contiguous_cache(batch: Batch) -> None:
     cache = batch.kv_cache.transpose(1, 2).contiguous().transpose(1, 2)
     with pytest.raises(ValueError, match="kv_cache must be contiguous"):
-        PagedAttention(4, 16, 2, batch.scale, {"threads": 1}).forward(
+        PagedAttention({"threads": 1}, batch.context()).forward(
             batch.q, batch.k, batch.v, cache, batch.metadata, 0
         )
 
 
 def test_non_contiguous_queries_are_accepted(batch: Batch) -> None:
-    backend = PagedAttention(4, 16, 2, batch.scale, {"threads": 1})
+    backend = PagedAttention({"threads": 1}, batch.context())
     strided = batch.q.transpose(0, 1).contiguous().transpose(0, 1)
     out = backend.forward(strided, batch.k, batch.v, batch.kv_cache.clone(), batch.metadata, 0)
     expected = backend.forward(batch.q, batch.k, batch.v, batch.kv_cache.clone(), batch.metadata, 0)

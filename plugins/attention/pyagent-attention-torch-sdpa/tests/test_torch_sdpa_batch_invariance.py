@@ -51,7 +51,7 @@ def test_decode_output_does_not_depend_on_the_batch(dtype: torch.dtype, block_si
     shape = Shape(DECODE_CONTEXTS + PREFILL_CONTEXTS, (1,) * decode + (7, 12))
     batch = make_batch(shape, block_size=block_size, num_heads=9, num_kv_heads=3, head_size=64,
                        dtype=dtype, seed=7)
-    backend = TorchSdpaAttention(9, 64, 3, batch.scale, {"batch_invariant": True})
+    backend = TorchSdpaAttention({"batch_invariant": True}, batch.context())
     decode_only = run(backend, select(batch, list(range(decode))))
     mixed = run(backend, batch)
     expected, _ = reference_attention(batch)

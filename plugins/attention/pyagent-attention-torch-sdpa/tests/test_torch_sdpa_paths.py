@@ -16,9 +16,7 @@ INVARIANT = pytest.mark.parametrize("batch_invariant", [True, False], ids=["inva
 
 def check_against_reference(batch: Batch, batch_invariant: bool = True) -> None:
     """The backend's output and cache agree with the kit's reference on ``batch``."""
-    num_heads, head_size = batch.q.shape[1:]
-    backend = TorchSdpaAttention(num_heads, head_size, batch.k.shape[1], batch.scale,
-                                 {"batch_invariant": batch_invariant})
+    backend = TorchSdpaAttention({"batch_invariant": batch_invariant}, batch.context())
     args = batch.args()
     out = backend.forward(*args)
     expected_out, expected_cache = reference_attention(batch)
@@ -80,7 +78,7 @@ def test_non_contiguous_cache_is_rejected_before_writing() -> None:
     batch = batch_of(Shape((5,), (1,)), torch.float32)
     strided = batch.kv_cache.transpose(1, 2).contiguous().transpose(1, 2)
     before = strided.clone()
-    backend = TorchSdpaAttention(9, 64, 3, batch.scale, {"batch_invariant": True})
+    backend = TorchSdpaAttention({"batch_invariant": True}, batch.context())
     with pytest.raises(ValueError, match="kv_cache must be contiguous"):
         backend.forward(batch.q, batch.k, batch.v, strided, batch.metadata, 0)
     assert torch.equal(strided, before)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import pyagent_kernels
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_kernels.attention import PagedLayout
 
 
@@ -19,10 +19,8 @@ class PagedAttention(AttentionBackend):
         threads: most threads one call uses (1: the calling thread only).
     """
 
-    def __init__(
-        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
-    ) -> None:
-        super().__init__(num_heads, head_size, num_kv_heads, scale, options)
+    def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
+        super().__init__(options, context)
         self.threads = int(self.options["threads"])
         self._layout: tuple[AttentionMetadata, PagedLayout] | None = None
 

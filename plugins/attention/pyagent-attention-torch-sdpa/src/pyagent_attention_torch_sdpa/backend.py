@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 
 SDPA_KEY_BLOCK = 512
 """Keys per block of torch's CPU SDPA kernel (it reduces ``min(512, key length)`` keys at a time)."""
@@ -63,10 +63,8 @@ class TorchSdpaAttention(AttentionBackend):
             padded only to the batch's longest sequence.
     """
 
-    def __init__(
-        self, num_heads: int, head_size: int, num_kv_heads: int, scale: float, options: Mapping[str, Any]
-    ) -> None:
-        super().__init__(num_heads, head_size, num_kv_heads, scale, options)
+    def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
+        super().__init__(options, context)
         self.batch_invariant = bool(self.options["batch_invariant"])
 
     def forward(
