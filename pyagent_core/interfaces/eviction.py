@@ -14,13 +14,18 @@ Prefix caches evict leaves first: a block whose longer-prefix children are still
 victim. A pool keeps every evictable block in the policy (so recency and frequency stay intact) and,
 when :meth:`EvictionPolicy.evict` returns a block that still has cached children, sets it aside and
 evicts again; the set-aside block goes first once its last child is gone
-(:class:`pyagent_engine.kvcache.pool.PrefixCachePool` does this).
+(:class:`pyagent_engine.prefix_index.PrefixIndex`, which the engine and ``pyagent bench kvcache`` share,
+does this).
 
-Pools give a policy two optional things, both backward compatible: :meth:`EvictionPolicy.insert_with_info`
-with a :class:`BlockInfo` (the block's depth in its prefix chain, its tokens, its parent), which
-prefix- and cost-aware policies use and the others ignore; and :meth:`EvictionPolicy.forget`, called
-when an id will name other content from now on, so that policies keeping history of ids they no
-longer hold (ghost lists, counts of blocks a request took) drop it. An id that a request takes
+A policy is built as ``cls(options, context)``: its validated options and an :class:`EvictionContext`
+(its capacity and the pool's block size). Pools give a policy two optional things:
+:meth:`EvictionPolicy.insert_with_info` with a :class:`BlockInfo` (the block's depth in its prefix
+chain, its tokens, its parent), which prefix- and cost-aware policies use and the others ignore; and
+:meth:`EvictionPolicy.forget`, called when an id will name other content from now on, so that
+policies keeping history of ids they no longer hold (ghost lists, counts of blocks a request took)
+drop it. A policy that recognises ids after they left it (a ghost list) says for how many in
+:attr:`EvictionPolicy.history`; a pool keeps a dropped content's id at least that long before giving
+the id to other content, so the policy sees the content come back. An id that a request takes
 (:meth:`EvictionPolicy.remove`) and later gives back (``insert``) is the same content reused: that is
 how a policy sees a cache hit.
 
@@ -33,6 +38,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+import attrs
 
 from pyagent_core.errors import EvictionError
 
@@ -55,20 +62,44 @@ class BlockInfo(NamedTuple):
     full: bool = True
 
 
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive number of "
+                         f"{'blocks' if attribute.name == 'capacity' else 'tokens'}, got {value!r}")
+
+
+@attrs.frozen
+class EvictionContext:
+    """What the host tells an eviction policy about the pool whose blocks it orders."""
+
+    capacity: int = attrs.field(validator=_positive)
+    """The most ids the policy holds at once: the pool's size in blocks. Policies that keep
+    history of evicted ids (ghost lists) size it from this."""
+    block_size: int = attrs.field(validator=_positive)
+    """Tokens a full block of the pool holds: what a block inserted without a :class:`BlockInfo`
+    is taken to hold."""
+
+
 class EvictionPolicy(ABC):
     """Orders evictable block ids and picks the next victim.
 
     Args:
-        capacity: the most ids the policy holds at once (the pool's size); policies that keep
-            history of evicted ids (ghost lists) size it from this.
         options: the policy's validated options (defaults filled in).
+        context: the pool it serves; :attr:`capacity` is ``context.capacity``.
+
+    Attributes:
+        history: the most ids this policy may still recognise after they left it (evicted ids kept
+            in ghost lists); 0, the default, when it keeps none. A pool that recycles ids keeps a
+            dropped content's id for at least this many later drops before it hands the id to other
+            content (and calls :meth:`forget`). Set it in ``__init__``.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        if capacity <= 0:
-            raise ValueError(f"capacity must be a positive number of blocks, got {capacity}")
-        self.capacity = capacity
+    history: int = 0
+
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
         self.options = dict(options)
+        self.context = context
+        self.capacity = context.capacity
 
     @classmethod  # noqa: B027 - optional hook
     def check_available(cls) -> None:

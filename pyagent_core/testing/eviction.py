@@ -5,7 +5,8 @@ checks the outcome: misuse raises :class:`~pyagent_core.errors.EvictionError`, `
 member of the set, and ``len``/``in`` agree with the set after every step. Which member ``evict``
 picks is the policy's business; the kit checks only that it is a legal one. Inserts come both bare
 and through ``insert_with_info`` (with and without a :class:`BlockInfo`), and absent ids are
-forgotten at random, as pools that recycle ids do.
+forgotten at random, as pools that recycle ids do. The kit builds each policy as
+``impl(options, EvictionContext(capacity, block_size))``, the one constructor shape of the kind.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from pyagent_core.errors import EvictionError
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_core.testing.base import BackendConformance
 from pyagent_core.testing.support import expect_raises, kit_settings
 
@@ -118,20 +119,27 @@ class EvictionMachine(RuleBasedStateMachine):
 
 
 class EvictionConformance(BackendConformance):
-    """Kit for :class:`EvictionPolicy` s. Set ``impl`` and ``spec``; ``capacity`` sizes the policies.
+    """Kit for :class:`EvictionPolicy` s. Set ``impl`` and ``spec``; ``capacity`` and ``block_size``
+    make the :class:`EvictionContext` the policies are built with.
 
     Misuse raises :class:`EvictionError`: evicting when empty, inserting a present id or beyond
-    capacity, touching or removing an absent id. ``ValueError`` for a non-positive capacity.
+    capacity, touching or removing an id that is absent. A context with a non-positive capacity or
+    block size cannot be made (``ValueError``).
     """
 
     kind = "eviction"
     capacity: ClassVar[int] = 6
+    block_size: ClassVar[int] = 16
     max_examples: ClassVar[int] = 150
+
+    def make_context(self, capacity: int | None = None) -> EvictionContext:
+        """The context of a policy holding ``capacity`` ids (default: the class's ``capacity``)."""
+        return EvictionContext(capacity=self.capacity if capacity is None else capacity,
+                               block_size=self.block_size)
 
     def make_policy(self, capacity: int | None = None) -> EvictionPolicy:
         """Construct the policy under test (override to pass extra setup)."""
-        size = self.capacity if capacity is None else capacity
-        policy: EvictionPolicy = self.impl(size, self.make_options())
+        policy: EvictionPolicy = self.impl(self.make_options(), self.make_context(capacity))
         return policy
 
     def test_state_machine(self) -> None:
@@ -169,5 +177,18 @@ class EvictionConformance(BackendConformance):
             policy.remove(block_id)
         assert policy.evict() == self.capacity - 1
 
+    def test_keeps_options_and_context(self) -> None:
+        options, context = self.make_options(), self.make_context(3)
+        policy = self.impl(options, context)
+        assert policy.options == options and policy.context is context and policy.capacity == 3, (
+            f"{self.impl.__name__}(options, context) kept options={policy.options!r}, "
+            f"context={policy.context!r}, capacity={policy.capacity!r}; pass both to EvictionPolicy.__init__"
+        )
+        history = policy.history
+        assert isinstance(history, int) and not isinstance(history, bool) and history >= 0, (
+            f"history must be a number of ids >= 0, got {history!r}"
+        )
+
     def test_non_positive_capacity_raises(self) -> None:
         expect_raises(ValueError, self.make_policy, -1, what="capacity=-1")
+        expect_raises(ValueError, self.make_policy, 0, what="capacity=0")

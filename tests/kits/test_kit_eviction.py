@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_core.testing.eviction import EvictionConformance
 from pyagent_core.testing.scaffolded import import_template
 
@@ -20,8 +20,8 @@ TestLruPolicy = reference.tests.TestKitReference
 class LazyRemoveLru(LruPolicy):
     """Broken: remove() forgets the id for ``in``/``len`` but leaves it queued for eviction."""
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.removed: set[int] = set()
 
     def insert(self, block_id: int) -> None:
@@ -61,6 +61,13 @@ class UnboundedLru(LruPolicy):
             self.order[block_id] = None
 
 
+class FixedSizeLru(LruPolicy):
+    """Broken: sizes itself from a constant instead of its context."""
+
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, EvictionContext(capacity=4, block_size=context.block_size))
+
+
 def _kit(impl: type[EvictionPolicy]) -> EvictionConformance:
     return type(f"{impl.__name__}Kit", (TestLruPolicy,), {"impl": impl})()
 
@@ -73,6 +80,7 @@ def _kit(impl: type[EvictionPolicy]) -> EvictionConformance:
         (SilentLru, "test_evict_on_empty_raises"),
         (UnboundedLru, "test_state_machine"),
         (UnboundedLru, "test_duplicate_and_overfull_insert_raise"),
+        (FixedSizeLru, "test_keeps_options_and_context"),
     ],
 )
 def test_kit_catches_broken_policy(impl: type[EvictionPolicy], check: str) -> None:

@@ -23,8 +23,10 @@ import attrs
 import torch
 
 from pyagent_core.errors import ConfigError
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
+from pyagent_core.kinds import EVICTION
 from pyagent_core.registry import Registry, Selection
+from pyagent_core.types import EvictionSpec
 from pyagent_engine.block_hash import BlockHash, HashFunction, extend_block_hashes, hash_function
 from pyagent_engine.block_pool import BlockPool
 from pyagent_engine.offload import OffloadTier
@@ -211,13 +213,13 @@ class PrefixCachingBlockPool(BlockPool):
         self.free(request.block_ids)
 
 
-def _policy(registry: Registry, selection: Selection, capacity: int) -> EvictionPolicy:
-    policy: EvictionPolicy = registry.load(selection.backend)(capacity, selection.options)
+def _policy(registry: Registry, selection: Selection[EvictionSpec], capacity: int, block_size: int) -> EvictionPolicy:
+    policy: EvictionPolicy = registry.load(selection.backend)(selection.options, EvictionContext(capacity, block_size))
     return policy
 
 
 def build_block_pool(config: EngineConfig, num_blocks: int, kv_caches: list[torch.Tensor],
-                     registry: Registry) -> tuple[BlockPool, Selection | None]:
+                     registry: Registry) -> tuple[BlockPool, Selection[EvictionSpec] | None]:
     """The engine's block pool for ``config``, and the eviction policy selection when caching is on.
 
     The policy comes from the registry (``config.eviction``, or the selection precedence); the
@@ -226,11 +228,11 @@ def build_block_pool(config: EngineConfig, num_blocks: int, kv_caches: list[torc
     if not config.prefix_caching:
         return BlockPool(num_blocks), None
     hasher = hash_function(config.kv_hash)
-    selection = registry.select("eviction", config.eviction, config.eviction_options)
-    offload = (OffloadTier(kv_caches, _policy(registry, selection, config.offload_blocks))
+    selection = registry.select(EVICTION, config.eviction, config.eviction_options)
+    offload = (OffloadTier(kv_caches, _policy(registry, selection, config.offload_blocks, config.block_size))
                if config.offload_blocks else None)
-    pool = PrefixCachingBlockPool(num_blocks, config.block_size, _policy(registry, selection, num_blocks),
-                                  hasher, offload)
+    pool = PrefixCachingBlockPool(num_blocks, config.block_size,
+                                  _policy(registry, selection, num_blocks, config.block_size), hasher, offload)
     return pool, selection
 
 

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import ConfigError, EvictionError, RequestError
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
+from pyagent_core.kinds import EVICTION
 from pyagent_core.registry import get_registry
 from pyagent_engine.block_hash import HASH_NAMES, extend_block_hashes, hash_function
 from pyagent_engine.block_pool import BlockPool
@@ -38,8 +39,8 @@ MOD = 2**50  # fingerprints stay exact in float64
 class Lru(EvictionPolicy):
     """A small LRU for these tests (insertion-ordered dict: oldest first)."""
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.order: dict[int, None] = {}
 
     def insert(self, block_id: int) -> None:
@@ -84,8 +85,9 @@ def make_pool(num_blocks: int, block_size: int, offload: int = 0, policy: type[E
               options: Mapping[str, Any] | None = None):
     """A checked prefix-caching pool over a one-layer float64 'KV cache' of fingerprints."""
     caches = [torch.zeros((2, num_blocks, block_size, 1, 1), dtype=torch.float64)]
-    tier = OffloadTier(caches, policy(offload, options or {})) if offload else None
-    pool = PrefixCachingBlockPool(num_blocks, block_size, policy(num_blocks, options or {}),
+    options = options or {}
+    tier = OffloadTier(caches, policy(options, EvictionContext(offload, block_size))) if offload else None
+    pool = PrefixCachingBlockPool(num_blocks, block_size, policy(options, EvictionContext(num_blocks, block_size)),
                                   hash_function("sha256"), tier)
     check_victims(pool.index)
     if tier is not None:
@@ -236,10 +238,10 @@ def test_random_shared_prefix_workloads_match_the_uncached_reference(**case):
     check_against_reference(Lru, {}, **case)
 
 
-@pytest.mark.parametrize("name", [b.name for b in get_registry().available("eviction")])
+@pytest.mark.parametrize("name", [b.name for b in get_registry().available(EVICTION)])
 def test_every_installed_policy_drives_the_pool_correctly(name):
     registry = get_registry()
-    selection = registry.select("eviction", name)
+    selection = registry.select(EVICTION, name)
     policy = registry.load(selection.backend)
 
     @settings(max_examples=15, deadline=None)

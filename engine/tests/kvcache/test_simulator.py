@@ -11,22 +11,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import TraceError
+from pyagent_core.kinds import EVICTION
 from pyagent_core.options import validate_options
 from pyagent_core.registry import get_registry
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 from pyagent_engine.kvcache.belady import next_uses
 from pyagent_engine.kvcache.simulator import MIN, gap_closed, record_and_time, replay_all, replay_min
 from pyagent_engine.kvcache.trace import BlockTrace, load_trace
 
-CONVERSATION = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+CONVERSATION = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 
 
 def installed_policies() -> dict:
     registry = get_registry()
     factories = {}
-    for backend in registry.available("eviction"):
+    for backend in registry.available(EVICTION):
         impl, options = registry.load(backend), validate_options(backend.spec.options, {}, backend.name)
-        factories[backend.name] = lambda capacity, impl=impl, options=options: impl(capacity, options)
+        factories[backend.name] = lambda context, impl=impl, options=options: impl(options, context)
     if not factories:
         pytest.skip("no eviction policy installed")
     return factories

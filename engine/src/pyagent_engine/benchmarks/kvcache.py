@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pyagent_core.errors import PyagentError
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
+from pyagent_core.kinds import EVICTION
 from pyagent_core.options import validate_options
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
@@ -34,7 +35,7 @@ def policy_factories(registry: Registry | None = None,
     """A factory per available eviction policy (default options), by name; ``names`` narrows them."""
     registry = registry or get_registry()
     factories: dict[str, PolicyFactory] = {}
-    for backend in registry.available("eviction"):
+    for backend in registry.available(EVICTION):
         if names and backend.name not in names:
             continue
         impl = registry.load(backend)
@@ -43,8 +44,9 @@ def policy_factories(registry: Registry | None = None,
     return factories
 
 
-def _factory(impl: Callable[..., EvictionPolicy], options: dict[str, Any]) -> PolicyFactory:
-    return lambda capacity: impl(capacity, options)
+def _factory(impl: Callable[[dict[str, Any], EvictionContext], EvictionPolicy],
+             options: dict[str, Any]) -> PolicyFactory:
+    return lambda context: impl(options, context)
 
 
 def run_kvcache_benchmark(trace_path: Path, capacities: Sequence[int], limit: int | None = None,

@@ -12,13 +12,13 @@ from typing import Any
 
 import attrs
 
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_engine.kvcache.belady import BeladyCache
 from pyagent_engine.kvcache.pool import PrefixCache, PrefixCachePool
 from pyagent_engine.kvcache.trace import BlockTrace
 
-PolicyFactory = Callable[[int], EvictionPolicy]
-"""Builds a policy for a capacity in blocks (e.g. ``lambda c: LruPolicy(c, {})``)."""
+PolicyFactory = Callable[[EvictionContext], EvictionPolicy]
+"""Builds a policy for a pool (e.g. ``lambda context: LruPolicy({}, context)``)."""
 
 MIN = "min"
 """The name MIN's results go by."""
@@ -50,7 +50,7 @@ def replay(trace: BlockTrace, cache: PrefixCache, name: str) -> ReplayResult:
 
 def replay_policy(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> ReplayResult:
     """Replay ``trace`` through a prefix cache whose victims a fresh policy from ``factory`` picks."""
-    return replay(trace, PrefixCachePool(capacity, factory(capacity)), name)
+    return replay(trace, PrefixCachePool(capacity, factory(EvictionContext(capacity, trace.block_size))), name)
 
 
 def replay_min(trace: BlockTrace, capacity: int) -> ReplayResult:
@@ -62,7 +62,7 @@ class RecordingPolicy(EvictionPolicy):
     """Passes every call on to ``inner`` and records it, so the calls can be timed alone later."""
 
     def __init__(self, inner: EvictionPolicy) -> None:
-        super().__init__(inner.capacity, inner.options)
+        super().__init__(inner.options, inner.context)
         self.inner = inner
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
 
@@ -98,13 +98,14 @@ class RecordingPolicy(EvictionPolicy):
         return block_id in self.inner
 
 
-def time_policy_calls(factory: PolicyFactory, capacity: int, calls: list[tuple[str, tuple[Any, ...]]]) -> float:
+def time_policy_calls(factory: PolicyFactory, context: EvictionContext,
+                      calls: list[tuple[str, tuple[Any, ...]]]) -> float:
     """Nanoseconds per call of a fresh policy replaying ``calls`` (recorded by :class:`RecordingPolicy`).
 
     The policies are deterministic, so the replayed calls meet the same states as in the recording.
     The loop's own overhead is included, the same for every policy.
     """
-    policy = factory(capacity)
+    policy = factory(context)
     bound = [(getattr(policy, method), args) for method, args in calls]
     start = time.perf_counter_ns()
     for method, args in bound:
@@ -115,9 +116,10 @@ def time_policy_calls(factory: PolicyFactory, capacity: int, calls: list[tuple[s
 
 def record_and_time(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> tuple[ReplayResult, float]:
     """Replay ``trace`` through a policy while recording its calls, then time those calls alone."""
-    recorder = RecordingPolicy(factory(capacity))
+    context = EvictionContext(capacity, trace.block_size)
+    recorder = RecordingPolicy(factory(context))
     result = replay(trace, PrefixCachePool(capacity, recorder), name)
-    return result, time_policy_calls(factory, capacity, recorder.calls)
+    return result, time_policy_calls(factory, context, recorder.calls)
 
 
 def gap_closed(result: ReplayResult, lru: ReplayResult, optimum: ReplayResult) -> float | None:

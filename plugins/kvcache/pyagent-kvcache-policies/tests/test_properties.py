@@ -1,5 +1,6 @@
 """Property tests of every policy: random operation sequences against a set model, ARC's invariants,
-and replays of random prefix-chain traces through the core's prefix-cache pool."""
+and ghost lists that stay within the ``history`` a policy declares. (Replays of random prefix-chain
+traces through the engine's prefix index, with every installed policy, are in ``engine/tests/kvcache``.)"""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import EvictionError
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
-from pyagent_engine.kvcache.pool import PrefixCachePool
-from pyagent_engine.kvcache.trace import BlockTrace
 from pyagent_kvcache_policies.arc import ArcPolicy
 from pyagent_kvcache_policies.plugin import SPECS
+from pyagent_kvcache_policies.s3fifo import S3FifoPolicy
+from pyagent_kvcache_policies.turn_aware import TurnAwarePolicy
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 NAMES = [spec.name for spec in SPECS]
@@ -24,8 +25,18 @@ NAMES = [spec.name for spec in SPECS]
 
 def make(name: str, capacity: int) -> EvictionPolicy:
     spec = next(s for s in SPECS if s.name == name)
-    policy: EvictionPolicy = import_impl(spec.impl)(capacity, validate_options(spec.options, {}, name))
+    context = EvictionContext(capacity=capacity, block_size=512)
+    policy: EvictionPolicy = import_impl(spec.impl)(validate_options(spec.options, {}, name), context)
     return policy
+
+
+def ghosts(policy: EvictionPolicy) -> int:
+    """Evicted ids the policy still remembers (0 for policies without a ghost list)."""
+    if isinstance(policy, ArcPolicy):
+        return len(policy.b1) + len(policy.b2)
+    if isinstance(policy, S3FifoPolicy | TurnAwarePolicy):
+        return len(policy.ghost)
+    return 0
 
 
 operations = st.lists(st.tuples(st.sampled_from(["insert", "remove", "touch", "evict", "forget"]),
@@ -68,41 +79,13 @@ def test_random_operations_respect_capacity_and_never_evict_absent_blocks(
                 assert victim in present, f"{name} evicted {victim}, which is not evictable ({present})"
                 present.remove(victim)
         assert len(policy) == len(present) <= capacity
+        assert ghosts(policy) <= policy.history, f"{name} remembers more evicted ids than its history"
         if isinstance(policy, ArcPolicy):
             arc_invariants(policy)
 
 
-chains = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=25)
-
-
-def tree_trace(paths: list[list[int]]) -> BlockTrace:
-    """Requests as paths in a small tree: a block id per distinct prefix, so the ids chain."""
-    ids: dict[tuple[int, ...], int] = {}
-    return BlockTrace.from_chains(
-        [[ids.setdefault(tuple(path[:i + 1]), len(ids)) for i in range(len(path))] for path in paths],
-        block_size=4, input_lengths=[4 * len(path) - (i % 3) for i, path in enumerate(paths)])
-
-
-@pytest.mark.parametrize("name", NAMES)
-@SETTINGS
-@given(paths=chains, capacity=st.integers(1, 8))
-def test_pool_replay_keeps_prefixes_cached_and_within_capacity(name: str, paths: list[list[int]],
-                                                               capacity: int) -> None:
-    trace = tree_trace(paths)
-    pool = PrefixCachePool(capacity, make(name, capacity))
-    for index, chain in enumerate(trace.requests):
-        cached_prefix = 0
-        while cached_prefix < len(chain) and chain[cached_prefix] in pool.children:
-            cached_prefix += 1
-        assert pool.serve(index, chain, trace.last_tokens[index], trace.block_size) == cached_prefix
-        assert len(pool.children) <= capacity
-        for block, parent in pool.parent.items():
-            assert parent is None or parent in pool.children, f"block {block} cached without its parent"
-        assert len(pool.policy) + len(pool.parked) + len(pool.ready) == len(pool.children)
-
-
 def test_arc_ghost_hit_adapts_target() -> None:
-    policy = ArcPolicy(2, {})
+    policy = ArcPolicy({}, EvictionContext(capacity=2, block_size=512))
     policy.insert(1)
     policy.insert(2)
     assert policy.evict() == 1 and 1 in policy.b1

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 
 
@@ -25,14 +25,15 @@ class ArcPolicy(EvictionPolicy):
     tie ``|T1| == p`` goes to T2.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.t1: OrderedDict[int, None] = OrderedDict()
         self.t2: OrderedDict[int, None] = OrderedDict()
         self.b1: OrderedDict[int, None] = OrderedDict()
         self.b2: OrderedDict[int, None] = OrderedDict()
         self.p = 0.0
-        self.recall: Recall[bool] = Recall(capacity)
+        self.recall: Recall[bool] = Recall(self.capacity)
+        self.history = 2 * self.capacity  # |B1| + |B2| <= 2c
 
     def insert(self, block_id: int) -> None:
         """Enter T1 (new), or T2 (given back after a request took it, or a ghost hit)."""

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 
 
@@ -27,19 +27,20 @@ def round_to_bits(value: int, bits: int) -> int:
 class CostAwarePolicy(EvictionPolicy):
     """Evicts the block with the lowest GreedyDual priority ``H = L + rounded recompute cost``.
 
-    Blocks inserted without a :class:`BlockInfo` cost one full block at depth 0.
+    Blocks inserted without a :class:`BlockInfo` cost one full block (the context's ``block_size``
+    tokens) at depth 0.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.depth_scale: float = self.options["depth_scale"]
         self.precision: int = self.options["precision"]
-        self.full_tokens: int = self.options["block_tokens"]
+        self.full_tokens = self.context.block_size
         self.inflation = 0
         self.queues: dict[int, OrderedDict[int, int]] = {}
         """Rounded cost -> its blocks (least recently used first) -> priority H."""
         self.cost: dict[int, int] = {}
-        self.recall: Recall[int] = Recall(capacity)
+        self.recall: Recall[int] = Recall(self.capacity)
 
     def block_cost(self, info: BlockInfo | None) -> int:
         """Rounded recompute cost of a block described by ``info``."""

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 
 
 class FifoPolicy(EvictionPolicy):
@@ -18,8 +18,8 @@ class FifoPolicy(EvictionPolicy):
     ``capacity`` placeholders are kept (the oldest go first), so memory stays bounded.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.queue: OrderedDict[int, bool] = OrderedDict()
         """Block id -> present (``False``: a placeholder for a taken block), oldest first."""
         self.taken: OrderedDict[int, None] = OrderedDict()

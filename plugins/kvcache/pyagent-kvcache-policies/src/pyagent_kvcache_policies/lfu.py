@@ -11,21 +11,21 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 
 
 class LfuPolicy(EvictionPolicy):
     """Evicts the block with the fewest uses (ties: the least recently used)."""
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.max_frequency: int = self.options["max_frequency"]
         self.count: dict[int, int] = {}
         self.buckets: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(self.max_frequency + 1)]
         self.nonempty = 0
         """Bit ``f`` is set when bucket ``f`` holds a block."""
-        self.recall: Recall[int] = Recall(capacity)
+        self.recall: Recall[int] = Recall(self.capacity)
 
     def _place(self, block_id: int, count: int) -> None:
         self.count[block_id] = count

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 
 
 class LruPolicy(EvictionPolicy):
@@ -17,8 +17,8 @@ class LruPolicy(EvictionPolicy):
     deeper blocks ahead of its shallower ones in the eviction order.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
         self.order: OrderedDict[int, None] = OrderedDict()
 
     def insert(self, block_id: int) -> None:

@@ -45,8 +45,6 @@ SPECS = (
                                         help="depth (in blocks) at which attention doubles a block's cost"),
               "precision": OptionSpec(type=int, default=3, min=1, max=16,
                                       help="significant bits kept of each cost"),
-              "block_tokens": OptionSpec(type=int, default=512, min=1,
-                                         help="tokens of a block inserted without BlockInfo"),
           }),
     _spec("turn-aware", "turn_aware:TurnAwarePolicy",
           "Conversation-aware: partial tails first, adaptive small FIFO, long ghost history, main FIFO.",

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 
 MAX_USES = 3
@@ -45,14 +45,15 @@ class S3FifoPolicy(EvictionPolicy):
     took comes back at main's tail with one more use.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
-        self.small_size = max(1, round(self.options["small_fraction"] * capacity))
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
+        self.small_size = max(1, round(self.options["small_fraction"] * self.capacity))
         self.small: OrderedDict[int, None] = OrderedDict()
         self.main: OrderedDict[int, None] = OrderedDict()
         self.ghost: OrderedDict[int, None] = OrderedDict()
         self.uses: dict[int, int] = {}
-        self.recall: Recall[int] = Recall(capacity)
+        self.recall: Recall[int] = Recall(self.capacity)
+        self.history = self.capacity  # the ghost queue's length
 
     def insert(self, block_id: int) -> None:
         """Queue ``block_id``: small if new, main if a ghost or given back by a request."""

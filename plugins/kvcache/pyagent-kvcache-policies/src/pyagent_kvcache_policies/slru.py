@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import EvictionPolicy
+from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 
 
@@ -19,12 +19,12 @@ class SlruPolicy(EvictionPolicy):
     Option ``protected_fraction``: the share of ``capacity`` the protected segment may hold.
     """
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
-        self.protected_size = max(1, math.floor(self.options["protected_fraction"] * capacity))
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
+        self.protected_size = max(1, math.floor(self.options["protected_fraction"] * self.capacity))
         self.probation: OrderedDict[int, None] = OrderedDict()
         self.protected: OrderedDict[int, None] = OrderedDict()
-        self.recall: Recall[bool] = Recall(capacity)
+        self.recall: Recall[bool] = Recall(self.capacity)
 
     def _protect(self, block_id: int) -> None:
         self.protected[block_id] = None

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_kvcache_policies.recall import Recall
 from pyagent_kvcache_policies.s3fifo import MAX_USES, evict_lazily
 
@@ -33,14 +33,15 @@ from pyagent_kvcache_policies.s3fifo import MAX_USES, evict_lazily
 class TurnAwarePolicy(EvictionPolicy):
     """Partial tails first, then an adaptive small FIFO, then a main FIFO with lazy promotion."""
 
-    def __init__(self, capacity: int, options: Mapping[str, Any]) -> None:
-        super().__init__(capacity, options)
-        self.small_target = self.options["small_fraction"] * capacity
-        self.min_small = self.options["min_small_fraction"] * capacity
-        self.max_small = self.options["max_small_fraction"] * capacity
-        self.step = max(1.0, self.options["step"] * capacity)
-        self.window = self.options["window"] * capacity
-        self.ghost_size = round(self.options["ghost_factor"] * capacity)
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
+        self.small_target = self.options["small_fraction"] * self.capacity
+        self.min_small = self.options["min_small_fraction"] * self.capacity
+        self.max_small = self.options["max_small_fraction"] * self.capacity
+        self.step = max(1.0, self.options["step"] * self.capacity)
+        self.window = self.options["window"] * self.capacity
+        self.ghost_size = round(self.options["ghost_factor"] * self.capacity)
+        self.history = self.ghost_size
         self.tails: OrderedDict[int, None] = OrderedDict()
         self.small: OrderedDict[int, None] = OrderedDict()
         self.main: OrderedDict[int, None] = OrderedDict()
@@ -49,7 +50,7 @@ class TurnAwarePolicy(EvictionPolicy):
         """Evicted id -> (evicted from the small queue, that queue's eviction count then)."""
         self.evicted_small = 0
         self.evicted_main = 0
-        self.recall: Recall[int] = Recall(capacity)
+        self.recall: Recall[int] = Recall(self.capacity)
 
     def insert(self, block_id: int) -> None:
         """Insert ``block_id`` with nothing known of its place (a full block)."""
