@@ -13,9 +13,11 @@ from typing import Any
 
 import attrs
 
-from pyagent_core.interfaces.reasoning_parser import ReasoningParser
-from pyagent_core.interfaces.tool_parser import DeltaMessage, ToolCall, ToolParser
+from pyagent_core.interfaces.reasoning_parser import ReasoningParser, ReasoningParserContext
+from pyagent_core.interfaces.tool_parser import DeltaMessage, ToolCall, ToolParser, ToolParserContext
+from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER, Kind
 from pyagent_core.registry import Registry, get_registry
+from pyagent_core.types import ReasoningParserSpec, ToolParserSpec
 
 
 def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
@@ -125,22 +127,27 @@ def build_message_parser(
 ) -> MessageParser:
     """Select the named parsers from the registry (options validated) and chain them.
 
+    Each is built ``cls(options, context)``: the tool parser with a :class:`ToolParserContext` of
+    ``tools``, the reasoning parser with a :class:`ReasoningParserContext`.
+
     Raises:
         SelectionError: a name is unknown or unavailable (the message lists the choices).
         OptionError: a bad option. RequestError: malformed ``tools``.
     """
     registry = registry or get_registry()
-    tools_parser = reasoning = None
+    tools_parser: ToolParser | None = None
+    reasoning: ReasoningParser | None = None
     if tool_parser:
-        selection = registry.select("tool_parser", tool_parser, tool_options)
-        tools_parser = registry.load(selection.backend)(list(tools), dict(selection.options))
+        selection = registry.select(TOOL_PARSER, tool_parser, tool_options)
+        tools_parser = registry.load(selection.backend)(dict(selection.options), ToolParserContext(tools=tools))
     if reasoning_parser:
-        selection = registry.select("reasoning_parser", reasoning_parser, reasoning_options)
-        reasoning = registry.load(selection.backend)(dict(selection.options))
+        chosen = registry.select(REASONING_PARSER, reasoning_parser, reasoning_options)
+        reasoning = registry.load(chosen.backend)(dict(chosen.options), ReasoningParserContext())
     return MessageParser(tools_parser, reasoning)
 
 
-def detect_parser(kind: str, chat_template: str, registry: Registry | None = None) -> str | None:
+def detect_parser(kind: Kind[ToolParserSpec] | Kind[ReasoningParserSpec], chat_template: str,
+                  registry: Registry | None = None) -> str | None:
     """The registered parser of ``kind`` whose ``template_markers`` all occur in ``chat_template``.
 
     The most specific match wins: the most markers, then the most marked characters, then the name.
@@ -149,7 +156,7 @@ def detect_parser(kind: str, chat_template: str, registry: Registry | None = Non
     registry = registry or get_registry()
     scored = []
     for backend in registry.backends(kind):
-        markers = getattr(backend.spec, "template_markers", ())
+        markers = backend.spec.template_markers
         if markers and all(marker in chat_template for marker in markers):
             scored.append((-len(markers), -sum(map(len, markers)), backend.name))
     return min(scored)[2] if scored else None
@@ -157,9 +164,9 @@ def detect_parser(kind: str, chat_template: str, registry: Registry | None = Non
 
 def detect_tool_parser(chat_template: str, registry: Registry | None = None) -> str | None:
     """The tool-call parser for a model with this chat template, or ``None`` (see :func:`detect_parser`)."""
-    return detect_parser("tool_parser", chat_template, registry)
+    return detect_parser(TOOL_PARSER, chat_template, registry)
 
 
 def detect_reasoning_parser(chat_template: str, registry: Registry | None = None) -> str | None:
     """The reasoning parser for a model with this chat template, or ``None`` (see :func:`detect_parser`)."""
-    return detect_parser("reasoning_parser", chat_template, registry)
+    return detect_parser(REASONING_PARSER, chat_template, registry)

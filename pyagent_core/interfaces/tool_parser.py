@@ -10,14 +10,19 @@ Streaming rules, shared with reasoning parsers: one parser instance follows one 
 ``delta_text``. A parser may hold text back (a possible start of a marker) and emit it later; at the
 end :meth:`StreamingParser.finish` releases anything still held. The first delta of tool call ``i``
 carries its ``id`` and ``name``; later deltas of that call carry only argument fragments.
+
+Every parser is built the same way, ``cls(options, context)``: ``options`` are its validated options
+(defaults filled in) and ``context`` a frozen record for its kind, :class:`ToolParserContext` (the
+request's tools) here, :class:`~pyagent_core.interfaces.reasoning_parser.ReasoningParserContext`
+for reasoning parsers. One parser instance serves one request.
 """
 
 from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -127,17 +132,42 @@ class ExtractedToolCalls:
         return bool(self.tool_calls)
 
 
-class StreamingParser(ABC):
+def _tools(values: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class ToolParserContext:
+    """What a tool-call parser is built for: the request it parses replies of."""
+
+    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_tools)
+    """The request's tools as OpenAI tool definitions
+    (``{"type": "function", "function": {"name": ..., "parameters": {...}}}``), in request order;
+    empty when the request offers none. A parser checks them itself and raises
+    :class:`~pyagent_core.errors.RequestError` for one it cannot use."""
+
+
+ContextT = TypeVar("ContextT")
+
+
+class StreamingParser(ABC, Generic[ContextT]):
     """Streaming half shared by tool-call and reasoning parsers (rules in the module docstring).
 
     Args:
         options: the parser's validated options (defaults filled in).
+        context: the kind's context record (:class:`ToolParserContext` or
+            :class:`~pyagent_core.interfaces.reasoning_parser.ReasoningParserContext`).
+
+    Attributes:
+        options: a copy of ``options``.
+        context: ``context``.
     """
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], context: ContextT) -> None:
         self.options = dict(options)
+        self.context = context
 
-    @classmethod  # noqa: B027 - optional hook
+    @classmethod
     def check_available(cls) -> None:
         """Raise with a reason if this parser cannot run here (deep check, ``--check``)."""
 
@@ -152,22 +182,17 @@ class StreamingParser(ABC):
         """End of stream (``text`` is the whole text): emit what was held back. Default: nothing."""
         return None
 
-    def reset(self) -> None:  # noqa: B027 - optional hook
+    def reset(self) -> None:
         """Forget the current stream's state before following another. Default: nothing."""
 
 
-class ToolParser(StreamingParser):
+class ToolParser(StreamingParser[ToolParserContext]):
     """Finds tool calls in generated text.
 
     Args:
-        tools: the request's tools as OpenAI tool definitions
-            (``{"type": "function", "function": {"name": ..., "parameters": {...}}}``).
         options: the parser's validated options (defaults filled in).
+        context: the request's tools (:class:`ToolParserContext`).
     """
-
-    def __init__(self, tools: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> None:
-        super().__init__(options)
-        self.tools = list(tools)
 
     @abstractmethod
     def extract(self, text: str) -> ExtractedToolCalls:

@@ -1,16 +1,17 @@
 """Conformance kit for reasoning parsers: fixtures, streaming equivalence, odd input.
 
-The checks live in :mod:`pyagent_core.testing.streaming`; this module adds the fixture type.
+The checks live in :mod:`pyagent_core.testing.streaming`; this module adds the fixture type and
+the context handed to the parser (a :class:`ReasoningParserContext`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
-from pyagent_core.interfaces.reasoning_parser import ReasoningParser
+from pyagent_core.interfaces.reasoning_parser import ReasoningParser, ReasoningParserContext
 from pyagent_core.interfaces.tool_parser import StreamingParser
 from pyagent_core.testing.streaming import Message, StreamingParserConformance
 from pyagent_core.types import ReasoningParserSpec
@@ -32,12 +33,16 @@ class ReasoningParserConformance(StreamingParserConformance):
     spec: ClassVar[ReasoningParserSpec]
     cases: ClassVar[Sequence[ReasoningCase]] = ()
 
+    def make_context(self) -> ReasoningParserContext:
+        """The context the parser is built with."""
+        return ReasoningParserContext()
+
     def make_parser(self) -> ReasoningParser:
-        """Construct the parser under test."""
-        parser: ReasoningParser = self.impl(self.make_options())
+        """Construct the parser under test, ``cls(options, context)``."""
+        parser: ReasoningParser = self.impl(self.make_options(), self.make_context())
         return parser
 
-    def extracted(self, parser: StreamingParser, text: str) -> Message:
+    def extracted(self, parser: StreamingParser[Any], text: str) -> Message:
         assert isinstance(parser, ReasoningParser)
         result = parser.extract(text)
         assert isinstance(result, tuple) and len(result) == 2, f"extract({text!r}) returned {result!r}"

@@ -71,7 +71,7 @@ def merge_deltas(deltas: Iterable[DeltaMessage | None], label: str) -> Message:
     return Message("".join(content), "".join(reasoning), tuple(calls))
 
 
-def stream(parser: StreamingParser, text: str, cuts: Iterable[int], label: str) -> Message:
+def stream(parser: StreamingParser[Any], text: str, cuts: Iterable[int], label: str) -> Message:
     """Feed ``text`` to a reset ``parser`` in chunks ending at ``cuts`` (sorted; repeats give empty
     chunks), call ``finish`` and merge everything it emitted."""
     parser.reset()
@@ -114,19 +114,20 @@ def cut_points(data: st.DataObject, text: str) -> list[int]:
 class StreamingParserConformance(BackendConformance):
     """Base of the tool-call and reasoning parser kits.
 
-    Subclasses define :meth:`make_parser`, :meth:`extracted` (``extract`` in normal form) and
-    :meth:`expected` (a fixture in normal form). Plugins set ``cases`` and may set ``markers``
-    (their special strings, e.g. ``("<think>", "</think>")``) to sharpen the odd-input check.
+    Subclasses define :meth:`make_parser` (``impl(options, context)`` with the kind's context),
+    :meth:`extracted` (``extract`` in normal form) and :meth:`expected` (a fixture in normal form).
+    Plugins set ``cases`` and may set ``markers`` (their special strings, e.g.
+    ``("<think>", "</think>")``) to sharpen the odd-input check.
     """
 
     cases: ClassVar[Sequence[Any]] = ()
     markers: ClassVar[tuple[str, ...]] = ()
 
-    def make_parser(self) -> StreamingParser:
-        """Construct the parser under test."""
+    def make_parser(self) -> StreamingParser[Any]:
+        """Construct the parser under test: ``impl(options, context)``."""
         raise NotImplementedError
 
-    def extracted(self, parser: StreamingParser, text: str) -> Message:
+    def extracted(self, parser: StreamingParser[Any], text: str) -> Message:
         """``extract(text)`` of ``parser`` as a :class:`Message` (arguments as JSON text)."""
         raise NotImplementedError
 

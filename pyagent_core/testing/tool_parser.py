@@ -1,7 +1,8 @@
 """Conformance kit for tool-call parsers: fixtures, streaming equivalence, odd input.
 
 The checks themselves live in :mod:`pyagent_core.testing.streaming`; this module adds the fixture
-type, the tool definitions handed to the parser and the tool-call specific checks (ids, errors).
+type, the context handed to the parser (a :class:`ToolParserContext` holding the kit's tools) and
+the tool-call specific checks (ids, errors).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import ConstraintSpec
-from pyagent_core.interfaces.tool_parser import ExtractedToolCalls, StreamingParser, ToolParser
+from pyagent_core.interfaces.tool_parser import ExtractedToolCalls, StreamingParser, ToolParser, ToolParserContext
 from pyagent_core.testing.streaming import Message, StreamingParserConformance, cut_points, stream
 from pyagent_core.testing.support import kit_settings
 from pyagent_core.types import ToolParserSpec
@@ -95,12 +96,16 @@ class ToolParserConformance(StreamingParserConformance):
         """``calls`` written as the model writes them, for the round-trip check; ``None`` skips it."""
         return None
 
-    def make_parser(self) -> ToolParser:
-        """Construct the parser under test with ``tools``."""
-        parser: ToolParser = self.impl(list(self.tools), self.make_options())
+    def make_context(self, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParserContext:
+        """The context the parser is built with: ``tools`` (default: the class's ``tools``)."""
+        return ToolParserContext(tools=self.tools if tools is None else tools)
+
+    def make_parser(self, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParser:
+        """Construct the parser under test, ``cls(options, context)``, with ``tools`` (default: ``tools``)."""
+        parser: ToolParser = self.impl(self.make_options(), self.make_context(tools))
         return parser
 
-    def extract(self, parser: StreamingParser, text: str) -> ExtractedToolCalls:
+    def extract(self, parser: StreamingParser[Any], text: str) -> ExtractedToolCalls:
         """``parser.extract(text)``, checked for type, unique call ids and ``type == "function"``."""
         assert isinstance(parser, ToolParser)
         result = parser.extract(text)
@@ -112,7 +117,7 @@ class ToolParserConformance(StreamingParserConformance):
         assert all(call.type == "function" for call in result.tool_calls), f"extract({text!r}): bad call type"
         return result
 
-    def extracted(self, parser: StreamingParser, text: str) -> Message:
+    def extracted(self, parser: StreamingParser[Any], text: str) -> Message:
         result = self.extract(parser, text)
         return Message(result.content or "", "", tuple((c.name, c.arguments) for c in result.tool_calls))
 
@@ -133,7 +138,7 @@ class ToolParserConformance(StreamingParserConformance):
     @given(data=st.data())
     def test_rendered_calls_parse_back_exactly(self, data: st.DataObject) -> None:
         calls = [("probe", a) for a in data.draw(st.lists(probe_arguments(), min_size=1, max_size=3), label="calls")]
-        parser: ToolParser = self.impl([*self.tools, PROBE_TOOL], self.make_options())
+        parser = self.make_parser([*self.tools, PROBE_TOOL])
         text = self.render_calls(parser, calls)
         if text is None:
             return
@@ -142,7 +147,7 @@ class ToolParserConformance(StreamingParserConformance):
         label = f"round trip of {calls!r} through {text!r}"
         assert not result.errors, f"{label}: errors {list(result.errors)}"
         assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == calls, f"{label}: got {result}"
-        fresh = self.impl([*self.tools, PROBE_TOOL], self.make_options())
+        fresh = self.make_parser([*self.tools, PROBE_TOOL])
         streamed = stream(fresh, text, cut_points(data, text), label)
         assert streamed.decoded(label).calls == tuple(calls), f"{label}: streamed {streamed}"
 
@@ -170,7 +175,7 @@ class ToolParserConformance(StreamingParserConformance):
         names = set()
         for structure in tag["structures"]:
             assert any(structure["begin"].startswith(t) for t in tag["triggers"]), f"{choice!r}: {structure}"
-            untyped = self.impl([], self.make_options())  # no tools: no schema to fail with {}
+            untyped = self.make_parser(tools=())  # no tools: no schema to fail with {}
             probe = self.extract(untyped, structure["begin"] + "{}" + structure["end"])
             assert len(probe.tool_calls) == 1, f"{choice!r}: {structure} with {{}} parsed as {probe}"
             name = probe.tool_calls[0].name

@@ -27,6 +27,9 @@ from typing import Any
 
 import attrs
 
+from pyagent_core.interfaces.reasoning_parser import ReasoningParserContext
+from pyagent_core.interfaces.tool_parser import ToolParserContext
+from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
@@ -125,12 +128,13 @@ def _row(kind: str, name: str, implementation: str, text: str, chunks: Sequence[
 def _tool_rows(registry: Registry, settings: ParserBenchSettings, tools: list[dict[str, Any]],
                calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     rows = []
-    for backend in registry.backends("tool_parser"):
+    context = ToolParserContext(tools=tools)
+    for backend in registry.backends(TOOL_PARSER):
         if settings.names and backend.name not in settings.names:
             continue
         cls = registry.load(backend)
         options = {key: spec.default for key, spec in backend.spec.options.items()}
-        probe = cls(tools, options)
+        probe = cls(options, context)
         render = getattr(probe, "render", None)
         if render is None:
             continue
@@ -139,11 +143,11 @@ def _tool_rows(registry: Registry, settings: ParserBenchSettings, tools: list[di
         if found != len(calls):
             raise RuntimeError(f"{backend.name} found {found} of the {len(calls)} calls it wrote; not benchmarking it")
         chunks = _chunks(text, settings.chunk_chars)
-        make = functools.partial(cls, tools, options)
+        make = functools.partial(cls, options, context)
         whole = _best(lambda: make().extract(text), settings.repeat)  # noqa: B023 - called before the loop moves on
         streamed = _best(_stream(make, chunks), settings.repeat)
         rows.append(_row("tool_parser", backend.name, "pyagent", text, chunks, whole, streamed))
-        reparse = _best(_reparse(cls(tools, options).extract, chunks), 1)
+        reparse = _best(_reparse(make().extract, chunks), 1)
         rows.append(_row("tool_parser", backend.name, "reparse (peer)", text, chunks, 0.0, reparse))
         if backend.name == "hermes":
             regex_whole = _best(functools.partial(regex_hermes, text), settings.repeat)
@@ -156,18 +160,18 @@ def _reasoning_rows(registry: Registry, settings: ParserBenchSettings, size: int
     rows = []
     thought = ("Let me think about the weather in 東京 and Paris, step by step. " * (size // 64 + 1))[:size]
     text = f"<think>\n{thought}\n</think>\n\nThe answer is 42."
-    for backend in registry.backends("reasoning_parser"):
+    for backend in registry.backends(REASONING_PARSER):
         if backend.name not in ("deepseek_r1", "qwen3", "glm45", "generic") or (
                 settings.names and backend.name not in settings.names):
             continue
         cls = registry.load(backend)
         options = {key: spec.default for key, spec in backend.spec.options.items()}
         chunks = _chunks(text, settings.chunk_chars)
-        make = functools.partial(cls, options)
+        make = functools.partial(cls, options, ReasoningParserContext())
         whole = _best(lambda: make().extract(text), settings.repeat)  # noqa: B023 - called before the loop moves on
         streamed = _best(_stream(make, chunks), settings.repeat)
         rows.append(_row("reasoning_parser", backend.name, "pyagent", text, chunks, whole, streamed))
-        reparse = _best(_reparse(cls(options).extract, chunks), 1)
+        reparse = _best(_reparse(make().extract, chunks), 1)
         rows.append(_row("reasoning_parser", backend.name, "reparse (peer)", text, chunks, 0.0, reparse))
     return rows
 

@@ -12,6 +12,7 @@ import pytest
 from fixtures import ADD, PARIS, TOOLS
 
 from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.tool_parser import ToolParserContext
 from pyagent_core.lazy import import_impl
 from pyagent_core.parsing import build_message_parser, detect_tool_parser
 from pyagent_core.testing.streaming import merge_deltas
@@ -39,7 +40,8 @@ def test_registers_the_vllm_names_and_generic() -> None:
 
 def test_listing_imports_no_parser_code() -> None:
     code = ("import sys, pyagent_tool_parsers.plugin as p; p.pyagent_register_tool_parsers(register=lambda s: None); "
-            "print([m for m in sys.modules if m.startswith(('pyagent_tool_parsers.', 'jsonschema', 'torch'))])")
+            "print([m for m in sys.modules if m.startswith(('pyagent_tool_parsers.', 'pyagent_parser_base', "
+            "'jsonschema', 'torch'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['pyagent_tool_parsers.plugin']"
 
@@ -52,18 +54,19 @@ BFCL = load_bfcl(DEFAULT_DATA) if DEFAULT_DATA.is_dir() else ([], [])
 def test_bfcl_calls_round_trip_exactly(name: str) -> None:
     tools, calls = BFCL
     cls = import_impl(specs()[name].impl)
-    renders = [cls(tools, {}).render]
+    context = ToolParserContext(tools=tools)
+    renders = [cls({}, context).render]
     if name == "mistral":
         renders.append(formats.render_mistral_list)
     for render in renders:
         text = render(calls)
-        result = cls(tools, {}).extract(text)
+        result = cls({}, context).extract(text)
         assert not result.errors, result.errors
         assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == calls
         for single in calls:  # and one call per message
-            got = cls(tools, {}).extract(render([single]))
+            got = cls({}, context).extract(render([single]))
             assert [(c.name, json.loads(c.arguments)) for c in got.tool_calls] == [single]
-        streamed = cls(tools, {})
+        streamed = cls({}, context)
         deltas = [streamed.extract_delta(text[:i], text[i:i + 7]) for i in range(0, len(text), 7)]
         merged = merge_deltas([*deltas, streamed.finish(text)], name).decoded(name)
         assert list(merged.calls) == calls
@@ -77,20 +80,21 @@ def test_bfcl_has_the_forty_instances() -> None:
 
 def test_malformed_tools_are_a_request_error() -> None:
     with pytest.raises(RequestError, match="not an OpenAI function definition"):
-        parser.HermesToolParser([{"type": "function", "function": {}}], {})
+        parser.HermesToolParser({}, ToolParserContext(tools=[{"type": "function", "function": {}}]))
     bad_schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "no-such-type"}}}]
     with pytest.raises(RequestError, match="schema of tool 'f' is invalid"):
-        parser.HermesToolParser(bad_schema, {}).extract('<tool_call>{"name": "f", "arguments": {}}</tool_call>')
+        hermes = parser.HermesToolParser({}, ToolParserContext(tools=bad_schema))
+        hermes.extract('<tool_call>{"name": "f", "arguments": {}}</tool_call>')
 
 
 def test_xml_and_pythonic_formats_refuse_json_constraints() -> None:
     for cls in (parser.Qwen3CoderToolParser, parser.Glm45ToolParser, parser.PythonicToolParser):
         with pytest.raises(RequestError, match="does not write arguments as JSON"):
-            cls(list(TOOLS), {}).constraint_for("required")
+            cls({}, ToolParserContext(tools=TOOLS)).constraint_for("required")
 
 
 def test_named_constraint_is_the_format_around_the_schema() -> None:
-    constraint = parser.DeepSeekV31ToolParser(list(TOOLS), {}).constraint_for(
+    constraint = parser.DeepSeekV31ToolParser({}, ToolParserContext(tools=TOOLS)).constraint_for(
         {"type": "function", "function": {"name": "add"}})
     assert constraint is not None and constraint.structural_tag is not None
     tag = json.loads(constraint.structural_tag)

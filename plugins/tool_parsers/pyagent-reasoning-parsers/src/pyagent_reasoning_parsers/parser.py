@@ -1,19 +1,16 @@
-"""The :class:`~pyagent_core.interfaces.reasoning_parser.ReasoningParser` s, on the tool parsers' engine."""
+"""The :class:`~pyagent_core.interfaces.reasoning_parser.ReasoningParser` s, on :mod:`pyagent_parser_base`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pyagent_core.errors import OptionError
-from pyagent_core.interfaces.reasoning_parser import ReasoningParser
+from pyagent_core.interfaces.reasoning_parser import ReasoningParser, ReasoningParserContext
+from pyagent_parser_base.emitter import Emitter, ToolSet
+from pyagent_parser_base.harmony import CONTENT, REASONING, VERBATIM, Header, harmony_program
+from pyagent_parser_base.machine import Program, Run, Streaming
 from pyagent_reasoning_parsers import think
-from pyagent_tool_parsers.engine.emitter import Emitter, ToolSet
-from pyagent_tool_parsers.engine.harmony import for_reasoning, harmony_program
-from pyagent_tool_parsers.engine.machine import Run, Streaming
-from pyagent_tool_parsers.engine.source import Source, Wait
-
-Program = Callable[[Source, Emitter], Wait[None]]
 
 
 class ProgramReasoningParser(Streaming, ReasoningParser):
@@ -79,20 +76,28 @@ class GraniteReasoningParser(ProgramReasoningParser):
     format = think.GRANITE
 
 
+def harmony_for_reasoning(header: Header) -> str:
+    """gpt-oss messages for the reasoning parser: ``analysis`` is reasoning, tool calls pass through
+    verbatim (for the tool parser), every other message is content."""
+    if header.recipient is not None:
+        return VERBATIM
+    return REASONING if header.channel == "analysis" else CONTENT
+
+
 class GptOssReasoningParser(ProgramReasoningParser):
     """gpt-oss (harmony): ``analysis`` messages are reasoning, ``final`` ones content; tool-call
     messages stay in the content verbatim, for the gpt-oss tool parser."""
 
     def program(self) -> Program:
         """The harmony reader, routing messages for reasoning."""
-        return harmony_program(for_reasoning)
+        return harmony_program(harmony_for_reasoning)
 
 
 class GenericReasoningParser(ProgramReasoningParser):
     """Reasoning between the ``open`` and ``close`` options' markers (``forced_open``: the prompt opened it)."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        super().__init__(options)
+    def __init__(self, options: Mapping[str, Any], context: ReasoningParserContext) -> None:
+        super().__init__(options, context)
         if not self.options["close"]:
             raise OptionError("option 'close' of reasoning parser 'generic' is empty; give the marker ending reasoning")
         opening = (self.options["open"],) if self.options["open"] else ()

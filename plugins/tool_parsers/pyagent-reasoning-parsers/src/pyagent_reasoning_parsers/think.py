@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.source import Source, Wait, skip_space, starts_with, stream_until
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.source import Source, Wait, skip_space, starts_with, stream_until
 
 
 @attrs.frozen

@@ -1,1 +1,1 @@
-"""Tool-call parsers for pyagent: the model families' formats over one streaming engine."""
+"""Tool-call parsers for pyagent: the model families' formats over the streaming machinery of pyagent-parser-base."""

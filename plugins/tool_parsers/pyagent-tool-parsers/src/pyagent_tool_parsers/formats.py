@@ -1,4 +1,4 @@
-"""The tool-call formats of the model families, each a short declaration over the engine.
+"""The tool-call formats of the model families, each a short declaration over :mod:`pyagent_parser_base`.
 
 Marker strings are those of the families' published chat templates and model cards. Every
 format also writes calls (``render``) exactly as the model would, which the round-trip tests,
@@ -11,9 +11,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pyagent_tool_parsers.engine.harmony import for_tools, harmony_program
-from pyagent_tool_parsers.engine.harmony import render as render_harmony
-from pyagent_tool_parsers.engine.jsonscan import (
+from pyagent_parser_base.harmony import CALL, CONTENT, DROP, MESSAGE, Header, harmony_program
+from pyagent_parser_base.jsonscan import (
     call_list,
     call_object,
     call_object_or_list,
@@ -21,11 +20,11 @@ from pyagent_tool_parsers.engine.jsonscan import (
     dumps,
     json_arguments,
 )
-from pyagent_tool_parsers.engine.named import NamedCall, repeated
-from pyagent_tool_parsers.engine.pythonic import python_list, render_python_list
-from pyagent_tool_parsers.engine.regions import Body, ProgramFormat, Region, ToolFormat
-from pyagent_tool_parsers.engine.source import Source, Wait, accept, read_until, skip_space
-from pyagent_tool_parsers.engine.xml import XmlCall
+from pyagent_parser_base.named import NamedCall, repeated
+from pyagent_parser_base.regions import Body, ProgramFormat, Region, ToolFormat
+from pyagent_parser_base.source import Source, Wait, accept, read_until, skip_space
+from pyagent_parser_base.xml import XmlCall
+from pyagent_tool_parsers.pythonic import python_list, render_python_list
 
 Calls = Sequence[tuple[str, dict[str, Any]]]
 Format = ToolFormat | ProgramFormat
@@ -177,7 +176,25 @@ MINIMAX_M2 = ToolFormat(
     + "\n</minimax:tool_call>",
 )
 
-GPT_OSS = ProgramFormat(reader=harmony_program(for_tools), render=render_harmony, trigger="<|channel|>commentary to=")
+
+
+def harmony_for_tools(header: Header) -> str:
+    """gpt-oss messages for the tool parser: calls are calls, ``analysis`` is left to a reasoning parser
+    (dropped), every other message is content."""
+    if header.recipient is not None:
+        return CALL
+    return DROP if header.channel == "analysis" else CONTENT
+
+
+def render_harmony(calls: Calls) -> str:
+    """Calls as gpt-oss writes them (the first message's ``<|start|>assistant`` is in the prompt)."""
+    messages = [f"<|channel|>commentary to=functions.{name} <|constrain|>json{MESSAGE}{dumps(arguments)}<|call|>"
+                for name, arguments in calls]
+    return "<|start|>assistant".join(messages)
+
+
+GPT_OSS = ProgramFormat(reader=harmony_program(harmony_for_tools), render=render_harmony,
+                        trigger="<|channel|>commentary to=")
 
 FORMATS: Mapping[str, Format] = {
     "hermes": HERMES, "llama3_json": LLAMA3_JSON, "pythonic": PYTHONIC, "mistral": MISTRAL,

@@ -1,7 +1,7 @@
-"""The :class:`~pyagent_core.interfaces.tool_parser.ToolParser` s: one engine, one class per family.
+"""The :class:`~pyagent_core.interfaces.tool_parser.ToolParser` s: one streaming machine, one class per family.
 
 :class:`FormatToolParser` runs a format's program for both ``extract`` and streaming (see
-:mod:`pyagent_tool_parsers.engine.machine`), validates calls against the request's tools, and
+:mod:`pyagent_parser_base.machine`), validates calls against the request's tools, and
 derives the constraint for ``tool_choice`` from the format's own writer, so the constraint
 describes exactly what the parser reads.
 """
@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 from pyagent_core.errors import OptionError, RequestError
 from pyagent_core.interfaces.grammar import ConstraintSpec
-from pyagent_core.interfaces.tool_parser import ExtractedToolCalls, ToolParser
+from pyagent_core.interfaces.tool_parser import ExtractedToolCalls, ToolParser, ToolParserContext
+from pyagent_parser_base.emitter import Emitter, ToolSet
+from pyagent_parser_base.jsonscan import dumps
+from pyagent_parser_base.machine import Run, Streaming
+from pyagent_parser_base.regions import ToolFormat
 from pyagent_tool_parsers import formats
-from pyagent_tool_parsers.engine.emitter import Emitter, ToolSet
-from pyagent_tool_parsers.engine.jsonscan import dumps
-from pyagent_tool_parsers.engine.machine import Run, Streaming
-from pyagent_tool_parsers.engine.regions import ToolFormat
 
 _SLOT = {"\u0000": 0}
 """Arguments no real call has: where their JSON lands in a written call is where arguments go."""
@@ -29,14 +29,14 @@ class FormatToolParser(Streaming, ToolParser):
     """A tool parser defined by a format (:mod:`pyagent_tool_parsers.formats`); subclasses set ``format``.
 
     Raises:
-        RequestError: ``tools`` is not a list of OpenAI function definitions.
+        RequestError: the context's ``tools`` are not OpenAI function definitions.
     """
 
     format: ClassVar[formats.Format]
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> None:
-        super().__init__(tools, options)
-        self.toolset = ToolSet(self.tools)
+    def __init__(self, options: Mapping[str, Any], context: ToolParserContext) -> None:
+        super().__init__(options, context)
+        self.toolset = ToolSet(context.tools)
 
     def active_format(self) -> formats.Format:
         """The format this instance reads (the class's, or one built from options)."""
@@ -211,8 +211,8 @@ class GptOssToolParser(FormatToolParser):
 class GenericToolParser(FormatToolParser):
     """Any format of ``start`` BODY ``end`` regions, configured by options (``start``, ``end``, ``body``)."""
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> None:
-        super().__init__(tools, options)
+    def __init__(self, options: Mapping[str, Any], context: ToolParserContext) -> None:
+        super().__init__(options, context)
         if not self.options["start"]:
             raise OptionError("option 'start' of tool parser 'generic' is empty; give the marker that opens a call")
         self._format = formats.generic_format(self.options["start"], self.options["end"], self.options["body"])

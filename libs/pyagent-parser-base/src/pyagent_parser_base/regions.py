@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.source import (
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.source import (
     Malformed,
     ParseFailure,
     Source,

@@ -14,9 +14,9 @@ from typing import Any
 
 import attrs
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.jsonscan import dumps, json_arguments
-from pyagent_tool_parsers.engine.source import Malformed, Source, Wait, expect, read_until, skip_space, starts_with
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.jsonscan import dumps, json_arguments
+from pyagent_parser_base.source import Malformed, Source, Wait, expect, read_until, skip_space, starts_with
 
 NameParser = Callable[[str], tuple[str, str | None]]
 """Turns the text in the name slot into ``(name, call id or None)``."""

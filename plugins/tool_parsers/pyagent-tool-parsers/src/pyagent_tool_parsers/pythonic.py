@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.source import Malformed, Source, Truncated, Wait, accept, expect, more, read_match
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.source import Malformed, Source, Truncated, Wait, accept, expect, more, read_match
 
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 _SPECIAL = re.compile(r"""["'()\[\]{}\\]""")

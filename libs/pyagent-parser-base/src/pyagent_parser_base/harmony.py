@@ -6,20 +6,23 @@ call, the recipient (``to=functions.get_weather``, in the header's role part or 
 The generation prompt ends with ``<|start|>assistant``, so the first header has no ``<|start|>``.
 
 :func:`harmony_program` reads the messages and lets a *router* decide what each one is for the
-parser at hand: reasoning, content, a tool call, text passed through verbatim, or dropped.
+parser at hand: reasoning, content, a tool call, text passed through verbatim, or dropped. A
+tool parser routes calls as calls and leaves the ``analysis`` channel to a reasoning parser; a
+reasoning parser takes ``analysis`` as reasoning and passes calls through verbatim, so that the two
+chained (reasoning first) read every message once.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import attrs
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.jsonscan import dumps, json_arguments
-from pyagent_tool_parsers.engine.source import (
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.jsonscan import json_arguments
+from pyagent_parser_base.machine import Program
+from pyagent_parser_base.source import (
     ParseFailure,
     Source,
     Truncated,
@@ -65,25 +68,11 @@ Router = Callable[[Header], str]
 """Decides what a message is: REASONING, CONTENT, CALL, VERBATIM or DROP."""
 
 
-def for_tools(header: Header) -> str:
-    """Tool parser: calls are calls, analysis is dropped (a reasoning parser takes it), the rest is content."""
-    if header.recipient is not None:
-        return CALL
-    return DROP if header.channel == "analysis" else CONTENT
-
-
-def for_reasoning(header: Header) -> str:
-    """Reasoning parser: analysis is reasoning, calls pass through verbatim for the tool parser."""
-    if header.recipient is not None:
-        return VERBATIM
-    return REASONING if header.channel == "analysis" else CONTENT
-
-
 def _drop(_text: str) -> None:
     """Discards a message's text."""
 
 
-def harmony_program(route: Router) -> Callable[[Source, Emitter], Wait[None]]:
+def harmony_program(route: Router) -> Program:
     """A program reading harmony messages, each handled as ``route`` says."""
 
     def program(src: Source, out: Emitter) -> Wait[None]:
@@ -137,9 +126,3 @@ def _message(src: Source, out: Emitter, header: Header, role: str) -> Wait[None]
     elif stop is not None and role == VERBATIM:
         out.text(stop)
 
-
-def render(calls: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """Calls as gpt-oss writes them (the first message's ``<|start|>assistant`` is in the prompt)."""
-    messages = [f"<|channel|>commentary to=functions.{name} <|constrain|>json{MESSAGE}{dumps(arguments)}<|call|>"
-                for name, arguments in calls]
-    return "<|start|>assistant".join(messages)

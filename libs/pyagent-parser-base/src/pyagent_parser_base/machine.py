@@ -1,7 +1,7 @@
-"""Driving a format program over a stream, and the streaming half every parser here shares.
+"""Driving a format program over a stream, and the streaming half of a parser built on one.
 
 A *program* is a generator function ``program(source, emitter)`` that reads the whole message with
-the suspending readers of :mod:`~pyagent_tool_parsers.engine.source`. :class:`Run` feeds it text
+the suspending readers of :mod:`~pyagent_parser_base.source`. :class:`Run` feeds it text
 and resumes it; extraction is one run fed the whole text at once, streaming is one run fed delta
 by delta, so both go through the same code.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 from pyagent_core.interfaces.tool_parser import DeltaMessage
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.source import Source
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.source import Source
 
 Program = Callable[[Source, Emitter], Generator[None, None, None]]
 """A format: reads a message from a :class:`Source`, reporting to an :class:`Emitter`."""

@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.jsonscan import dumps
-from pyagent_tool_parsers.engine.source import (
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.jsonscan import dumps
+from pyagent_parser_base.source import (
     Malformed,
     Source,
     Wait,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pyagent_tool_parsers.engine.emitter import Emitter
-from pyagent_tool_parsers.engine.source import (
+from pyagent_parser_base.emitter import Emitter
+from pyagent_parser_base.source import (
     Malformed,
     Source,
     Truncated,

@@ -1,1 +1,0 @@
-"""The streaming engine the parsers are written in: suspending readers, emitters, regions, body formats."""
