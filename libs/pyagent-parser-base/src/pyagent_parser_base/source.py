@@ -145,6 +145,16 @@ def held_back(text: str, start: int, stops: tuple[str, ...]) -> int:
     return 0
 
 
+def _decided(src: Source, found: re.Match[str], stops: tuple[str, ...]) -> bool:
+    """Whether ``found``, the earliest complete stop in the text so far, stays the earliest and longest.
+
+    More text cannot change it once the text is final, or when no stop that more text could
+    complete starts at or before it (with the stops ``<a`` and ``<a>``, the text ``x<a`` decides
+    nothing yet).
+    """
+    return src.final or len(src.buf) - held_back(src.buf, src.pos, stops) > found.start()
+
+
 def stream_until(src: Source, stops: tuple[str, ...], emit: Callable[[str], None]) -> Wait[str | None]:
     """Pass text to ``emit`` as it arrives until the earliest of ``stops``; consume that stop and return it.
 
@@ -154,7 +164,7 @@ def stream_until(src: Source, stops: tuple[str, ...], emit: Callable[[str], None
     pattern = _stops(stops)[0]
     while True:
         found = pattern.search(src.buf, src.pos)
-        if found:
+        if found and _decided(src, found, stops):
             if found.start() > src.pos:
                 emit(src.buf[src.pos:found.start()])
             src.pos = found.end()
@@ -163,7 +173,7 @@ def stream_until(src: Source, stops: tuple[str, ...], emit: Callable[[str], None
         if safe > src.pos:
             emit(src.buf[src.pos:safe])
             src.pos = safe
-        if not (yield from more(src)):
+        if not (yield from more(src)) and not found:
             if src.pos < len(src.buf):
                 emit(src.buf[src.pos:])
                 src.pos = len(src.buf)
@@ -176,15 +186,15 @@ def read_until(src: Source, stops: tuple[str, ...], what: str, consume: bool = T
     Raises :class:`Truncated` when the text ends first.
     """
     pattern = _stops(stops)[0]
-    searched = 0  # characters after pos already known to hold no complete stop
+    searched = 0  # characters after pos already known to start no stop
     while True:
         found = pattern.search(src.buf, src.pos + searched)
-        if found:
+        if found and _decided(src, found, stops):
             text = src.buf[src.pos:found.start()]
             src.pos = found.end() if consume else found.start()
             return text, found.group()
-        searched = max(0, len(src.buf) - src.pos - _stops(stops)[2] + 1)
-        if not (yield from more(src)):
+        searched = len(src.buf) - held_back(src.buf, src.pos, stops) - src.pos
+        if not (yield from more(src)) and not found:
             raise Truncated(f"the text ends inside {what} (no {' or '.join(map(repr, stops))} follows)")
 
 
