@@ -32,21 +32,17 @@ def backend_record(registry: Registry, backend: Backend, default: Backend | None
 
 
 def backend_matrix(registry: Registry, kinds: list[str]) -> str:
-    """A markdown table of every backend of ``kinds``: distribution, priority, needs, capabilities."""
-    lines = ["| kind | backend | distribution | priority | requires | capabilities | summary |",
-             "|---|---|---|---|---|---|---|"]
+    """A markdown table of every backend of ``kinds``: distribution, priority, needs, summary.
+
+    Capabilities are left to ``pyagent info`` (and ``--json``), which keeps the README's matrix short.
+    """
+    lines = ["| kind | backend | distribution | priority | requires | summary |",
+             "|---|---|---|---|---|---|"]
     for kind in kinds:
         for b in registry.backends(kind):
-            caps = ", ".join(f"{k}={_cell(v)}" for k, v in b.spec.capabilities().items())
             lines.append(f"| {kind} | `{b.name}` | {b.dist} | {b.spec.priority} | "
-                         f"{', '.join(b.spec.requires)} | {caps} | {b.spec.summary} |")
+                         f"{', '.join(b.spec.requires)} | {b.spec.summary} |")
     return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "/".join(map(str, value)) or "any"
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def plugins(json_out: JsonFlag = False) -> None:
