@@ -238,17 +238,30 @@ class CompiledGrammar(ABC):
         """A fresh matcher at the start of the constraint."""
 
 
+@attrs.frozen(kw_only=True)
+class GrammarContext:
+    """What a grammar backend is built for.
+
+    Attributes:
+        tokenizer_info: the model's tokenizer, as the bitmasks and token ids refer to it.
+    """
+
+    tokenizer_info: TokenizerInfo
+
+
 class GrammarBackend(ABC):
     """Compiles :class:`ConstraintSpec` s into :class:`CompiledGrammar` s for one tokenizer.
 
     Args:
-        tokenizer_info: the tokenizer the bitmasks refer to.
         options: the backend's validated options (defaults filled in).
+        context: the tokenizer, see :class:`GrammarContext`; ``context.tokenizer_info`` is also
+            the backend's ``tokenizer_info``.
     """
 
-    def __init__(self, tokenizer_info: TokenizerInfo, options: Mapping[str, Any]) -> None:
-        self.tokenizer_info = tokenizer_info
+    def __init__(self, options: Mapping[str, Any], context: GrammarContext) -> None:
         self.options = dict(options)
+        self.context = context
+        self.tokenizer_info = context.tokenizer_info
 
     @classmethod  # noqa: B027 - optional hook
     def check_available(cls) -> None:

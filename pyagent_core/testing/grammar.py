@@ -20,6 +20,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     TokenizerInfo,
     allocate_bitmask,
@@ -134,9 +135,10 @@ class GrammarConformance(BackendConformance):
         """The tokenizer the backend is built for (default: :func:`kit_tokenizer_info`)."""
         return kit_tokenizer_info()
 
-    def make_backend(self) -> GrammarBackend:
-        """Construct the backend under test."""
-        backend: GrammarBackend = self.impl(self.tokenizer_info(), self.make_options())
+    def make_backend(self, **options: object) -> GrammarBackend:
+        """Construct the backend under test for :meth:`tokenizer_info`; ``options`` override the class's."""
+        context = GrammarContext(tokenizer_info=self.tokenizer_info())
+        backend: GrammarBackend = self.impl(self.make_options(**options), context)
         return backend
 
     def compiled_cases(self) -> Iterator[tuple[GrammarCase, CompiledGrammar, str]]:

@@ -24,11 +24,14 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     TokenizerInfo,
     allocate_bitmask,
     allowed_tokens,
 )
+from pyagent_core.options import validate_options
 from pyagent_core.testing.grammar import greedy_tokenize, kit_tokenizer_info
+from pyagent_core.types import GrammarSpec
 
 Reference = Callable[[str], bool]
 
@@ -128,9 +131,11 @@ def random_walk(compiled: CompiledGrammar, info: TokenizerInfo, rng: random.Rand
 
 
 class GrammarReferenceConformance:
-    """Set ``impl`` (a :class:`GrammarBackend` class) and ``cases``; options come from ``options``."""
+    """Set ``impl`` (a :class:`GrammarBackend` class), its ``spec`` and ``cases``; ``options``
+    override the spec's defaults."""
 
     impl: ClassVar[type[GrammarBackend]]
+    spec: ClassVar[GrammarSpec]
     cases: ClassVar[tuple[ReferenceCase, ...]]
     options: ClassVar[dict[str, object]] = {}
     walks: ClassVar[int] = 40
@@ -140,7 +145,8 @@ class GrammarReferenceConformance:
     def compiled(self) -> list[tuple[ReferenceCase, CompiledGrammar]]:
         """Every case compiled by the backend under test (once per test)."""
         if "_compiled" not in self.__dict__:
-            backend = self.impl(kit_tokenizer_info(), dict(self.options))
+            options = validate_options(self.spec.options, self.options, f"grammar backend {self.spec.name!r}")
+            backend = self.impl(options, GrammarContext(tokenizer_info=kit_tokenizer_info()))
             self.__dict__["_compiled"] = [(case, backend.compile(case.constraint)) for case in self.cases]
         compiled: list[tuple[ReferenceCase, CompiledGrammar]] = self.__dict__["_compiled"]
         return compiled

@@ -13,6 +13,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     allocate_bitmask,
     allowed_tokens,
@@ -150,3 +151,9 @@ def test_greedy_tokenize_prefers_longest_tokens() -> None:
     info = kit_tokenizer_info()
     tokens = greedy_tokenize(info, '{"abc": true}')
     assert [info.vocab[t] for t in tokens] == [b'{"', b"abc", b'": ', b"true", b"}"]
+
+
+def test_backend_keeps_options_context_and_tokenizer_info() -> None:
+    context = GrammarContext(tokenizer_info=kit_tokenizer_info())
+    backend = ChoiceGrammar({}, context)
+    assert backend.context is context and backend.tokenizer_info is context.tokenizer_info and backend.options == {}

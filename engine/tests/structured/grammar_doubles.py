@@ -18,6 +18,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     TokenizerInfo,
     set_row,
@@ -198,7 +199,7 @@ class FailingStartBackend(PrefixChoiceBackend):
 
     name = "test-nostart"
 
-    def __init__(self, tokenizer_info: TokenizerInfo, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], context: GrammarContext) -> None:
         raise RuntimeError("the test backend's native library is missing")
 
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyagent_core.interfaces.grammar import ConstraintSpec, GrammarBackend, TokenizerInfo
+from pyagent_core.interfaces.grammar import ConstraintSpec, GrammarBackend, GrammarContext, TokenizerInfo
+from pyagent_core.kinds import GRAMMAR
 from pyagent_core.registry import get_registry
 from pyagent_engine.benchmarks.schema_corpus import SchemaCase, instance_texts, load_cases, walk
 from pyagent_engine.models.grammar_vocab import load_embedded_tokenizer
@@ -39,8 +40,8 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 def make_backend(name: str, info: TokenizerInfo) -> GrammarBackend:
     """The grammar backend ``name`` from the registry, built for ``info`` with its default options."""
     registry = get_registry()
-    selection = registry.select("grammar", name)
-    backend: GrammarBackend = registry.load(selection.backend)(info, selection.options)
+    selection = registry.select(GRAMMAR, name)
+    backend: GrammarBackend = registry.load(selection.backend)(selection.options, GrammarContext(tokenizer_info=info))
     return backend
 
 

@@ -36,7 +36,13 @@ from pyagent_core.errors import (
     UnsatisfiableConstraintError,
     UnsupportedConstraintError,
 )
-from pyagent_core.interfaces.grammar import CompiledGrammar, ConstraintSpec, GrammarBackend, TokenizerInfo
+from pyagent_core.interfaces.grammar import (
+    CompiledGrammar,
+    ConstraintSpec,
+    GrammarBackend,
+    GrammarContext,
+    TokenizerInfo,
+)
 from pyagent_core.kinds import GRAMMAR
 from pyagent_core.registry import Backend, Registry
 from pyagent_core.types import GrammarSpec
@@ -304,7 +310,8 @@ class GrammarOrchestrator:
             return f"not available: {verdict.reason}"
         try:
             selection = self.registry.select(GRAMMAR, backend.qualified_name)
-            instance: GrammarBackend = self.registry.load(backend)(self.tokenizer_info, selection.options)
+            context = GrammarContext(tokenizer_info=self.tokenizer_info)
+            instance: GrammarBackend = self.registry.load(backend)(selection.options, context)
         except Exception as exc:  # a backend that cannot start is skipped, the others still serve
             return f"failed to start: {type(exc).__name__}: {exc}"
         return instance

@@ -54,7 +54,7 @@ def test_one_of_is_refused_unless_coerced() -> None:
     one_of = ConstraintSpec(json_schema={"oneOf": overlapping})
     with pytest.raises(ValueError, match="oneOf"):
         TestGuidance().make_backend().compile(one_of)
-    backend = GuidanceBackend(TestGuidance().tokenizer_info(), {"coerce_one_of": True})
+    backend = TestGuidance().make_backend(coerce_one_of=True)
     matcher = backend.compile(one_of).matcher()
     info = TestGuidance().tokenizer_info()
     # "ab" matches both branches: oneOf rejects it, the anyOf approximation lets it through.

@@ -64,7 +64,7 @@ def test_refused_constraints_say_why(constraint: ConstraintSpec) -> None:
 
 
 def test_non_strict_mode_compiles_unenforced_keywords() -> None:
-    backend = LmfeBackend(TestLmfe().tokenizer_info(), {**TestLmfe().make_options(), "strict": False})
+    backend = TestLmfe().make_backend(strict=False)
     assert backend.supports(ConstraintSpec(json_schema={"type": "integer", "maximum": 3})) is None
 
 
@@ -72,7 +72,7 @@ def test_internal_failure_raises_instead_of_ending_early() -> None:
     # strict=false lets an untyped property through; the library fails on it once the key is read and
     # would then offer only end-of-sequence.
     info = TestLmfe().tokenizer_info()
-    backend = LmfeBackend(info, {**TestLmfe().make_options(), "strict": False})
+    backend = TestLmfe().make_backend(strict=False)
     schema = {"type": "object", "properties": {"a": {"description": "anything"}}, "required": ["a"]}
     matcher = backend.compile(ConstraintSpec(json_schema=schema)).matcher()
     with pytest.raises(RuntimeError, match="lm-format-enforcer failed"):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pyagent_core.testing.grammar_reference import REGEX_AND_CHOICE_CASES, GrammarReferenceConformance
 from pyagent_grammar_lmfe.backend import LmfeBackend
+from pyagent_grammar_lmfe.plugin import SPEC
 
 
 class TestLmfeBackendReference(GrammarReferenceConformance):
     impl = LmfeBackend
+    spec = SPEC
     cases = REGEX_AND_CHOICE_CASES

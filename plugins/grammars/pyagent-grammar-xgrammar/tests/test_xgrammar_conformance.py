@@ -68,8 +68,8 @@ def test_any_order_lets_properties_come_in_another_order() -> None:
               "required": ["a", "b"]}
     info = TestXGrammar().tokenizer_info()
     swapped = [*greedy_tokenize(info, '{"b": 1, "a": 2}'), 0]
-    ordered = XGrammarBackend(info, {"max_threads": 1, "any_order": False}).compile(ConstraintSpec(json_schema=schema))
+    ordered = TestXGrammar().make_backend(any_order=False).compile(ConstraintSpec(json_schema=schema))
     assert not all(ordered.matcher().accept_token(t) for t in swapped)
-    free = XGrammarBackend(info, {"max_threads": 1, "any_order": True}).compile(ConstraintSpec(json_schema=schema))
+    free = TestXGrammar().make_backend(any_order=True).compile(ConstraintSpec(json_schema=schema))
     matcher = free.matcher()
     assert all(matcher.accept_token(t) for t in swapped) and matcher.is_terminated()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pyagent_core.testing.grammar_reference import REGEX_AND_CHOICE_CASES, GrammarReferenceConformance, arithmetic_case
 from pyagent_grammar_xgrammar.backend import XGrammarBackend
+from pyagent_grammar_xgrammar.plugin import SPEC
 
 
 class TestXGrammarBackendReference(GrammarReferenceConformance):
     impl = XGrammarBackend
+    spec = SPEC
     cases = (*REGEX_AND_CHOICE_CASES, *(arithmetic_case(d) for d in ("ebnf", "gbnf", "lark")))

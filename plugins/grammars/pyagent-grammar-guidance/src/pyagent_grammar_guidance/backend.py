@@ -23,6 +23,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     TokenizerInfo,
 )
@@ -165,11 +166,10 @@ class GuidanceCompiled(CompiledGrammar):
 class GuidanceBackend(GrammarBackend):
     """Compiles constraints to llguidance grammars for one ``LLTokenizer``."""
 
-    def __init__(self, tokenizer_info: TokenizerInfo, options: Mapping[str, Any]) -> None:
-        super().__init__(tokenizer_info, options)
-        self._tokenizer = llg.LLTokenizer(
-            llg.TokenizerWrapper(_Vocab(tokenizer_info)), eos_token=list(tokenizer_info.eos_token_ids),
-        )
+    def __init__(self, options: Mapping[str, Any], context: GrammarContext) -> None:
+        super().__init__(options, context)
+        info = context.tokenizer_info
+        self._tokenizer = llg.LLTokenizer(llg.TokenizerWrapper(_Vocab(info)), eos_token=list(info.eos_token_ids))
 
     def supports(self, constraint: ConstraintSpec) -> str | None:
         """JSON, regex, choice and grammars in lark/gbnf/ebnf; no closing of open objects."""
@@ -188,7 +188,7 @@ class GuidanceBackend(GrammarBackend):
         """Build and validate the llguidance matcher; ``ValueError`` with llguidance's message."""
         self.check_supported(constraint)
         try:
-            grammar = _grammar(constraint, bool(self.options.get("coerce_one_of", False)))
+            grammar = _grammar(constraint, bool(self.options["coerce_one_of"]))
         except ValueError as error:
             raise ValueError(f"llguidance cannot read this {constraint.kind} constraint: {error}") from None
         pristine = llg.LLMatcher(self._tokenizer, grammar, log_level=0)

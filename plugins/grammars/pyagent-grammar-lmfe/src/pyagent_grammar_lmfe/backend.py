@@ -30,6 +30,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     TokenizerInfo,
 )
@@ -183,8 +184,9 @@ class LmfeCompiled(CompiledGrammar):
 class LmfeBackend(GrammarBackend):
     """Builds lm-format-enforcer parsers over one ``TokenEnforcerTokenizerData``."""
 
-    def __init__(self, tokenizer_info: TokenizerInfo, options: Mapping[str, Any]) -> None:
-        super().__init__(tokenizer_info, options)
+    def __init__(self, options: Mapping[str, Any], context: GrammarContext) -> None:
+        super().__init__(options, context)
+        tokenizer_info = context.tokenizer_info
         hidden = {*tokenizer_info.eos_token_ids, *tokenizer_info.special_token_ids}
         regular = []
         for token_id, token in enumerate(tokenizer_info.vocab):
@@ -197,8 +199,8 @@ class LmfeBackend(GrammarBackend):
         )
         self._config = CharacterLevelParserConfig(
             alphabet=self._data.tokenizer_alphabet,
-            max_consecutive_whitespaces=int(self.options.get("max_consecutive_whitespaces", 12)),
-            max_json_array_length=int(self.options.get("max_array_length", 20)),
+            max_consecutive_whitespaces=int(self.options["max_consecutive_whitespaces"]),
+            max_json_array_length=int(self.options["max_array_length"]),
         )
 
     def _decode(self, token_ids: list[int]) -> str:
@@ -214,7 +216,7 @@ class LmfeBackend(GrammarBackend):
         if not constraint.any_whitespace or constraint.whitespace_pattern is not None:
             return ("lm-format-enforcer always allows free whitespace in JSON; "
                     "it cannot enforce a compact form or a whitespace pattern")
-        if kind == "json_schema" and self.options.get("strict", True):
+        if kind == "json_schema" and self.options["strict"]:
             try:
                 schema = json.loads(str(constraint.json_schema))
             except ValueError:

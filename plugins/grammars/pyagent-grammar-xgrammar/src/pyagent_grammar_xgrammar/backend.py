@@ -17,6 +17,7 @@ from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
+    GrammarContext,
     GrammarMatcher,
     TokenizerInfo,
 )
@@ -98,8 +99,9 @@ class XGrammarBackend(GrammarBackend):
     xgrammar's own compile cache is off: pyagent's engine keeps the cache of compiled grammars.
     """
 
-    def __init__(self, tokenizer_info: TokenizerInfo, options: Mapping[str, Any]) -> None:
-        super().__init__(tokenizer_info, options)
+    def __init__(self, options: Mapping[str, Any], context: GrammarContext) -> None:
+        super().__init__(options, context)
+        tokenizer_info = context.tokenizer_info
         hidden = {*tokenizer_info.eos_token_ids, *tokenizer_info.special_token_ids}
         vocab = [b"" if i in hidden else token for i, token in enumerate(tokenizer_info.vocab)]
         self._never = frozenset(tokenizer_info.special_token_ids)
@@ -108,7 +110,7 @@ class XGrammarBackend(GrammarBackend):
             stop_token_ids=list(tokenizer_info.eos_token_ids),
         )
         self._compiler = xgr.GrammarCompiler(
-            self._xgr_info, max_threads=int(self.options.get("max_threads", 1)), cache_enabled=False,
+            self._xgr_info, max_threads=int(self.options["max_threads"]), cache_enabled=False,
         )
 
     def supports(self, constraint: ConstraintSpec) -> str | None:
@@ -139,7 +141,7 @@ class XGrammarBackend(GrammarBackend):
         return self._compiler.compile_json_schema(
             schema, any_whitespace=constraint.any_whitespace,
             separators=None if constraint.any_whitespace else COMPACT_SEPARATORS,
-            strict_mode=not constraint.additional_properties, any_order=bool(self.options.get("any_order", False)),
+            strict_mode=not constraint.additional_properties, any_order=bool(self.options["any_order"]),
         )
 
     def _compile(self, constraint: ConstraintSpec) -> xgr.CompiledGrammar:
