@@ -7,6 +7,7 @@ validated on construction, so a malformed registration fails inside the plugin t
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -97,14 +98,66 @@ class AttentionSpec(BackendSpec):
     sliding_window: bool = False
 
 
+SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "final")
+"""The stages of the default sampler chain, in the order they run:
+
+- ``constraints``: hard constraints and biases on the raw logits (logit bias, banned, allowed and
+  suppressed tokens, a minimum length, no-repeat n-grams): what a request forbids or forces.
+- ``penalties``: penalties from the tokens seen so far (repetition, frequency, presence, DRY).
+- ``truncation``: filters that drop unlikely tokens from the penalised distribution (top-k, top-p,
+  min-p, typical, eta, epsilon, top-n-sigma, XTC).
+- ``temperature``: scaling of what is left (dynamic temperature, then temperature).
+- ``final``: processors that must see the fully shaped distribution and change it last
+  (mirostat's adaptive cut-off).
+"""
+
+
 @attrs.frozen(kw_only=True)
 class SamplerSpec(BackendSpec):
-    """A batch-level logits processor, or a final token selector (``selects_token=True``)."""
+    """A batch-level logits processor, or a final token selector (``selects_token=True``).
+
+    Attributes:
+        argmax_invariant: the processor never changes a row's argmax (the engine may skip it for
+            greedy rows); checked by the conformance kit.
+        selects_token: a token selector (greedy, multinomial...) rather than a logits processor.
+        stage: where the processor goes in the default chain: one of :data:`SAMPLER_STAGES`, which
+            run in that order. ``None``: the processor runs only when a chain names it (an explicit
+            order such as ``--samplers``). Token selectors have no stage.
+        position: the processor's place within its stage, smallest first (processors with equal
+            positions are ordered by name). The shipped processors use multiples of 10.
+    """
 
     kind: ClassVar[str] = "sampler"
 
     argmax_invariant: bool = False
     selects_token: bool = False
+    stage: str | None = attrs.field(default=None)
+    position: float = attrs.field(default=0)
+
+    @stage.validator
+    def _known_stage(self, _attr: Any, value: str | None) -> None:
+        if value is None:
+            return
+        if value not in SAMPLER_STAGES:
+            raise SpecError(f"sampler {self.name!r} declares stage={value!r}, which is not a sampler stage; "
+                            f"valid: {', '.join(SAMPLER_STAGES)} (or None: only in chains that name it)")
+        if self.selects_token:
+            raise SpecError(f"sampler {self.name!r} is a token selector (selects_token=True) and declares "
+                            f"stage={value!r}; selectors end every chain, so leave stage unset")
+
+    @position.validator
+    def _finite_position(self, _attr: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise SpecError(f"sampler {self.name!r} declares position={value!r}; use a finite number "
+                            "(its place within its stage, smallest first)")
+
+    @property
+    def chain_order(self) -> tuple[int, float, str]:
+        """The sort key of the default chain: stage (in :data:`SAMPLER_STAGES` order), position, name.
+
+        Only meaningful for a processor with a stage.
+        """
+        return (SAMPLER_STAGES.index(self.stage) if self.stage else len(SAMPLER_STAGES), self.position, self.name)
 
 
 CONSTRAINT_KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "structural_tag")

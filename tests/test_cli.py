@@ -51,7 +51,8 @@ def test_info_shows_options_and_capabilities(cli, isolated):
     data = json.loads(cli("info", "sampler", "top_k", "--json", **isolated).stdout)
     assert data["dist"] == "pyagent-samplers-reference"
     assert data["options"] and all("type" in o and "default" in o for o in data["options"].values())
-    assert set(data["capabilities"]) == {"argmax_invariant", "selects_token"}
+    assert data["capabilities"] == {"argmax_invariant": True, "selects_token": False, "stage": "truncation",
+                                    "position": 20}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from pyagent_core import OptionSpec, SamplerSpec
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, TokenSelector
+from pyagent_core.interfaces.sampler import (
+    AddedRequest,
+    BatchUpdate,
+    LogitsProcessor,
+    SamplerContext,
+    TokenSelector,
+)
 from pyagent_core.testing.sampler import SamplerConformance
 
 
@@ -160,13 +166,81 @@ class ArgminSelector(ArgmaxSelector):
 class SharedGeneratorSelector(ArgmaxSelector):
     """Broken: one generator for the whole batch, so a seeded request's draws depend on the batch."""
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         self.generator = torch.Generator().manual_seed(0)
 
     def select(self, logits: torch.Tensor) -> torch.Tensor:
         super().select(logits)
         return torch.multinomial(logits.softmax(dim=1), 1, generator=self.generator).squeeze(1)
+
+
+class MinPStep(ShiftProcessor):
+    """A correct fused-mask step: min-p over the request's ``min_p`` (a number in [0, 1]; 0 turns it off)."""
+
+    mask_step = "min_p"
+
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
+        self.values: list[float] | None = None
+
+    def row_state(self, request: AddedRequest) -> AddedRequest:
+        value = request.params.get("min_p", 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"request at row {request.index}: min_p={value!r} must be a number in [0, 1]")
+        return request
+
+    def update_state(self, update: BatchUpdate | None) -> None:
+        super().update_state(update)
+        if update is not None:
+            self.values = None
+
+    def row_values(self) -> list[float]:
+        if self.values is None:
+            self.values = [float(self.param(row, "min_p", 0.0)) for row in range(len(self.rows))]
+        return self.values
+
+    def leaves_batch_unchanged(self) -> bool:
+        return not any(self.row_values())
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        self.check(logits)
+        q = torch.tensor(self.row_values(), dtype=torch.float32).double().unsqueeze(1)
+        row_max = logits.amax(dim=1, keepdim=True).double()
+        remove = (logits.double() - row_max < q.log()) & (q > 0) & torch.isfinite(row_max)
+        return logits.masked_fill_(remove, float("-inf"))
+
+
+class MinPStrictStep(MinPStep):
+    """Broken: removes the tokens at exactly ``min_p * max_prob`` too (``>`` where the step keeps ``>=``),
+    and keeps the tokens a little below it."""
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        self.check(logits)
+        q = torch.tensor(self.row_values(), dtype=torch.float64).unsqueeze(1) * 0.5
+        row_max = logits.amax(dim=1, keepdim=True).double()
+        remove = (logits.double() - row_max <= q.log()) & (q > 0)
+        return logits.masked_fill_(remove, float("-inf"))
+
+
+class StaleValuesStep(MinPStep):
+    """Broken: keeps the first batch's row values after the batch changes."""
+
+    def update_state(self, update: BatchUpdate | None) -> None:
+        ShiftProcessor.update_state(self, update)
+
+
+class MisnamedStep(MinPStep):
+    """Broken: declares a step the fused mask does not have."""
+
+    mask_step = "min-p"
+
+
+MIN_P_KIT = {
+    "request_params": ({"min_p": 0.05}, {"min_p": 0.3}, {"min_p": 1.0}),
+    "disabled_params": ({}, {"min_p": 0.0}),
+    "invalid_request_params": ({"min_p": 1.5}, {"min_p": "high"}),
+}
 
 
 PROCESSOR_KIT = {
@@ -211,7 +285,23 @@ def run_every_check(kit: SamplerConformance) -> list[str]:
 
 def test_kit_passes_a_correct_processor() -> None:
     skipped = run_every_check(make_kit(ShiftProcessor))
+    assert all("selector" in name or "fusable" in name for name in skipped), skipped
+
+
+def test_kit_passes_a_correct_fused_mask_step() -> None:
+    skipped = run_every_check(make_kit(MinPStep, **MIN_P_KIT))
     assert all("selector" in name for name in skipped), skipped
+
+
+@pytest.mark.parametrize(("impl", "message"), [
+    (MinPStrictStep, "apply differs from the min_p step of the fused mask"),
+    (StaleValuesStep, r"row_values\(\) gave \d+ values for a batch of \d+ rows"),
+    (MisnamedStep, "mask_step='min-p'; a fused-mask step is one of temperature, top_k, top_p, min_p"),
+])
+def test_kit_fails_a_processor_whose_apply_is_not_the_step_it_declares(impl: type, message: str) -> None:
+    kit = make_kit(impl, **MIN_P_KIT)
+    with pytest.raises(AssertionError, match=message):
+        kit.test_processor_fusable_mask_step_matches_apply()
 
 
 def test_kit_passes_a_correct_selector() -> None:

@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from pyagent_core.kinds import SAMPLER
+from pyagent_core.registry import get_registry
 from pyagent_core.testing.sampler import run_processor
-from pyagent_samplers_llamacpp.xtc import XtcProcessor
-from pyagent_samplers_truncation.dynatemp import DynamicTemperatureProcessor
-from pyagent_samplers_truncation.top_n_sigma import TopNSigmaProcessor
-from pyagent_samplers_truncation.typical import TypicalProcessor
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
@@ -29,7 +27,9 @@ def llama_cpp_apply(sampler: object, row: np.ndarray) -> dict[int, float]:
     return {token: logit for token, logit in kept.items() if np.isfinite(logit)}
 
 
-def ours(processor: type, row: np.ndarray, params: dict[str, float]) -> dict[int, float]:
+def ours(name: str, row: np.ndarray, params: dict[str, float]) -> dict[int, float]:
+    """Token id -> logit of the candidates the installed processor ``name`` keeps from ``row``."""
+    processor = get_registry().load(get_registry().get(SAMPLER, name))
     out = run_processor(processor, torch.from_numpy(row[None, :].astype(np.float32)), [params])[0]
     return {i: float(v) for i, v in enumerate(out.tolist()) if np.isfinite(v)}
 
@@ -41,14 +41,14 @@ ROWS = [np.random.default_rng(seed).normal(0, scale, size=size).astype(np.float3
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"n{len(r)}")
 @pytest.mark.parametrize("n", [0.5, 1.0, 2.0])
 def test_top_n_sigma_keeps_llama_cpps_tokens(row: np.ndarray, n: float) -> None:
-    assert ours(TopNSigmaProcessor, row, {"top_n_sigma": n}).keys() == \
+    assert ours("top_n_sigma", row, {"top_n_sigma": n}).keys() == \
         llama_cpp_apply(llama_cpp.llama_sampler_init_top_n_sigma(n), row).keys()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"n{len(r)}")
 @pytest.mark.parametrize("p", [0.2, 0.5, 0.9])
 def test_typical_keeps_llama_cpps_tokens(row: np.ndarray, p: float) -> None:
-    assert ours(TypicalProcessor, row, {"typical_p": p}).keys() == \
+    assert ours("typical", row, {"typical_p": p}).keys() == \
         llama_cpp_apply(llama_cpp.llama_sampler_init_typical(p, 1), row).keys()
 
 
@@ -57,8 +57,7 @@ def test_typical_keeps_llama_cpps_tokens(row: np.ndarray, p: float) -> None:
 def test_dynamic_temperature_scales_like_llama_cpp(row: np.ndarray, spread: float, exponent: float) -> None:
     """temp_ext with temperature 1 divides each logit by the entropy-scaled temperature."""
     reference = llama_cpp_apply(llama_cpp.llama_sampler_init_temp_ext(1.0, spread, exponent), row)
-    mine = ours(DynamicTemperatureProcessor, row, {"temperature": 1.0, "dynatemp_range": spread,
-                                                   "dynatemp_exponent": exponent})
+    mine = ours("dynatemp", row, {"temperature": 1.0, "dynatemp_range": spread, "dynatemp_exponent": exponent})
     assert mine.keys() == reference.keys()
     for token, logit in reference.items():
         assert mine[token] == pytest.approx(logit, rel=1e-4, abs=1e-5)
@@ -68,5 +67,5 @@ def test_dynamic_temperature_scales_like_llama_cpp(row: np.ndarray, spread: floa
 @pytest.mark.parametrize("threshold", [0.01, 0.05, 0.1])
 def test_xtc_with_probability_one_removes_llama_cpps_tokens(row: np.ndarray, threshold: float) -> None:
     """With probability 1 XTC always fires, so both remove the same top choices."""
-    assert ours(XtcProcessor, row, {"xtc_probability": 1.0, "xtc_threshold": threshold}).keys() == \
+    assert ours("xtc", row, {"xtc_probability": 1.0, "xtc_threshold": threshold}).keys() == \
         llama_cpp_apply(llama_cpp.llama_sampler_init_xtc(1.0, threshold, 1, 0), row).keys()

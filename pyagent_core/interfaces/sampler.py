@@ -8,6 +8,15 @@ chain order) and finally :meth:`TokenSelector.select` (one selector) to choose a
 Each request carries its own parameters (``params``, keyed by parameter name such as ``"top_k"`` or
 ``"seed"``); a processor falls back to its engine-level options for a parameter a request leaves
 unset. Rows whose parameter disables a processor must come out unchanged.
+
+Every sampler is built the same way, ``cls(options, context)``: ``options`` are its validated
+engine-level options (defaults filled in) and ``context`` a :class:`SamplerContext` (the model's
+vocabulary size and end-of-sequence ids).
+
+What the engine needs beyond this interface is declared, never assumed from a name: the default
+position of a processor in the chain comes from its spec (``SamplerSpec.stage`` and ``position``),
+and a processor that is one step of the fused temperature / top-k / top-p / min-p mask says so by
+implementing :class:`FusableMaskStep`.
 """
 
 from __future__ import annotations
@@ -15,9 +24,11 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+
+from pyagent_core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -107,17 +118,58 @@ class RequestRows:
         del self.states[update.batch_size:]
 
 
+def _check_vocab_size(_inst: Any, _attr: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"SamplerContext: vocab_size={value!r} is invalid; pass the model's vocabulary size "
+                          "(a positive int, the logits' last dimension)")
+
+
+def _to_token_ids(value: Any) -> tuple[int, ...]:
+    ids = tuple(value)
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ConfigError(f"SamplerContext: eos_token_ids={ids!r} is invalid; pass the model's end-of-sequence "
+                          "token ids (non-negative ints)")
+    return ids
+
+
+@attrs.frozen
+class SamplerContext:
+    """What a sampler is built for: the model's side of the contract, fixed for the sampler's life.
+
+    Raises :class:`~pyagent_core.errors.ConfigError` for a vocabulary size that is not a positive
+    int or end-of-sequence ids that are not non-negative ints.
+    """
+
+    vocab_size: int = attrs.field(validator=_check_vocab_size)
+    """Size of the logits' last dimension: the model's vocabulary (padding rows included)."""
+
+    eos_token_ids: tuple[int, ...] = attrs.field(default=(), converter=_to_token_ids)
+    """The model's end-of-sequence token ids (empty when unknown). Requests also carry the ids that
+    end them in their ``eos_token_ids`` parameter (with their stop tokens, and none when they ignore
+    end of sequence); a processor that needs the model's own ids reads them here."""
+
+
 class Sampler:
     """Shared base of processors and selectors: construction, options and batch bookkeeping.
 
     Args:
         options: the validated engine-level options of this sampler (defaults filled in).
-        vocab_size: size of the logits' last dimension.
+        context: the model's vocabulary size and end-of-sequence ids.
+
+    Attributes:
+        options: a copy of ``options``.
+        context: ``context``.
+        vocab_size: ``context.vocab_size``, the logits' last dimension.
+        rows: the per-row states of the batch (see :class:`RequestRows`).
     """
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        if not isinstance(context, SamplerContext):
+            raise TypeError(f"{type(self).__name__}(options, context): context must be a SamplerContext, got "
+                            f"{type(context).__name__} ({context!r})")
         self.options = dict(options)
-        self.vocab_size = vocab_size
+        self.context = context
+        self.vocab_size = context.vocab_size
         self.rows = RequestRows()
 
     def row_state(self, request: AddedRequest) -> Any:
@@ -125,12 +177,14 @@ class Sampler:
         return request
 
     def param(self, row: int, name: str, default: Any = None) -> Any:
-        """The request's parameter ``name`` at ``row``, else this sampler's option, else ``default``."""
+        """The request's parameter ``name`` at ``row``, else this sampler's option, else ``default``
+        (a parameter or option set to ``None`` counts as unset)."""
         state = self.rows[row]
         params = getattr(state, "params", None) or {}
         if name in params and params[name] is not None:
             return params[name]
-        return self.options.get(name, default)
+        option = self.options.get(name)
+        return default if option is None else option
 
     def update_state(self, update: BatchUpdate | None) -> None:
         """Apply the batch changes since the last step (``None``: nothing changed)."""
@@ -170,3 +224,80 @@ class TokenSelector(Sampler, ABC):
     @abstractmethod
     def select(self, logits: torch.Tensor) -> torch.Tensor:
         """Return an ``int64`` tensor ``[num_requests]`` of chosen token ids."""
+
+
+MASK_STEPS = ("temperature", "top_k", "top_p", "min_p")
+"""The steps of the fused mask, in the kernel's order (temperature may also come last)."""
+
+
+@runtime_checkable
+class FusableMaskStep(Protocol):
+    """A logits processor that is one step of the fused temperature / top-k / top-p / min-p mask.
+
+    A host may replace the :meth:`LogitsProcessor.apply` calls of such processors by one call of a
+    fused kernel (the reference engine does, through ``pyagent_kernels.sampling``): two or more of
+    them next to each other in the chain, in the kernel's order (``top_k`` before ``top_p`` before
+    ``min_p``, each at most once, and ``temperature`` at most once, first or last), on float32 CPU
+    logits. Any other processor, a processor alone, and other dtypes or devices run through
+    ``apply``. A processor takes part by implementing this protocol (subclassing it is optional;
+    ``isinstance`` checks the two members):
+
+    - :attr:`mask_step` names the step: one of :data:`MASK_STEPS`, fixed for the processor's life.
+    - :meth:`row_values` gives the step's parameter for every row of the current batch.
+
+    Per row, with its value ``v`` (the kernel's semantics; each step sees what the ones before it
+    kept, and a row of only ``-inf`` logits is left as it is):
+
+    - ``temperature`` (a finite number): when ``v > 0`` and ``v != 1`` every logit ``x`` becomes
+      ``x / v`` (float32 division); ``v <= 0`` (greedy by convention) and ``v == 1`` leave the row.
+    - ``top_k`` (an integer): when ``0 < v < vocab`` the tokens whose logit is below the row's
+      ``v``-th largest become ``-inf`` (tokens tied with it are all kept); ``v <= 0`` or
+      ``v >= vocab`` leave the row.
+    - ``top_p`` (a number in [0, 1]): over the softmax of the row's finite logits, walking them in
+      descending order, every token down to the first one at which the cumulative probability
+      reaches ``v`` is kept, with all tokens tied with that one; the others become ``-inf``.
+      ``v == 0`` keeps the top token(s); ``v == 1`` leaves the row.
+    - ``min_p`` (a number in [0, 1]): a token is kept when ``x - max >= log(v)`` in double
+      precision, ``v`` rounded to float32 first (``prob >= v * max_prob``); ``v == 0`` leaves the
+      row, ``v == 1`` keeps the tokens tied with the maximum.
+
+    The contract: the processor's own :meth:`LogitsProcessor.apply` gives this step's result for
+    its :meth:`row_values` (the conformance kit checks it on logits without ties), so fused and
+    separate runs agree. They may differ only where the kernel's rounding decides: top-p's kernel
+    sums float32 probabilities in double in descending order, so a cumulative probability within
+    float rounding of ``v`` may round the other way, and tokens tied at a cut-off are all kept.
+
+    When the host fuses a processor it calls :meth:`row_values` and
+    :meth:`LogitsProcessor.leaves_batch_unchanged` on every step, but not ``apply``: keep no state
+    that only ``apply`` would update. Out-of-range values make the kernel raise, so validate them
+    when a request is added, as for ``apply``.
+    """
+
+    @property
+    def mask_step(self) -> str:
+        """Which step this processor is: ``"temperature"``, ``"top_k"``, ``"top_p"`` or ``"min_p"``
+        (a class attribute such as ``mask_step = "top_k"`` implements it)."""
+
+    def row_values(self) -> Sequence[float]:
+        """The step's parameter for each row of the batch, in row order (``len(self.rows)`` values).
+
+        Never change a sequence once returned; return a new one when the values change. A host may
+        reuse the kernel parameters it built from a sequence for as long as it gets the same object
+        back, so returning the same object while the batch is unchanged saves that work.
+        """
+
+
+def fusable_step(processor: object) -> str | None:
+    """The fused-mask step ``processor`` declares (see :class:`FusableMaskStep`), or None when it
+    does not implement the protocol.
+
+    Raises :class:`~pyagent_core.errors.ConfigError` when it declares a step that is not one of
+    :data:`MASK_STEPS`.
+    """
+    if not isinstance(processor, FusableMaskStep):
+        return None
+    step = processor.mask_step
+    if step not in MASK_STEPS:
+        raise ConfigError(f"{type(processor).__name__} declares mask_step={step!r}, which is not a step of the "
+                          f"fused mask; use one of {', '.join(MASK_STEPS)}")
+    return step

@@ -13,7 +13,10 @@ A plugin's tests subclass :class:`SamplerConformance` once per sampler::
 
 Processors (``spec.selects_token`` false) are checked for shape, dtype, NaN, a finite logit left in
 every row, rows left unchanged where their parameters disable the processor, and argmax invariance as
-the spec declares it. Selectors are checked for ``int64 [num_rows]`` token ids within the vocabulary
+the spec declares it; a processor that implements
+:class:`~pyagent_core.interfaces.sampler.FusableMaskStep` is checked to give, through its own
+``apply``, the fused-mask step it declares (:func:`mask_step_reference`) for its ``row_values()``.
+Selectors are checked for ``int64 [num_rows]`` token ids within the vocabulary
 whose logits are finite. Both are checked for batch bookkeeping (a request's result does not depend
 on its row or on the other requests, through additions, removals, moves and swaps), an empty batch,
 and a ``ValueError`` for malformed logits or invalid per-request parameters.
@@ -25,6 +28,7 @@ magnitudes, generated from fixed seeds so every run checks the same cases.
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -34,12 +38,15 @@ import pytest
 import torch
 
 from pyagent_core.interfaces.sampler import (
+    MASK_STEPS,
     AddedRequest,
     BatchUpdate,
+    FusableMaskStep,
     LogitsProcessor,
     MovedRequest,
     MoveKind,
     Sampler,
+    SamplerContext,
     TokenSelector,
 )
 from pyagent_core.testing.base import BackendConformance
@@ -132,6 +139,7 @@ class SamplerConformance(BackendConformance):
         invalid_request_params: parameter dicts that must be rejected with a ``ValueError`` that
             names the parameter, when the request is added or at the latest when sampling.
         vocab_size: vocabulary size the sampler is built for.
+        eos_token_ids: end-of-sequence ids of the :class:`SamplerContext` the sampler is built with.
         dtypes: logits dtypes the shape/dtype and selector checks run with.
         device: the device logits are placed on.
     """
@@ -143,6 +151,7 @@ class SamplerConformance(BackendConformance):
     disabled_params: ClassVar[Sequence[Mapping[str, Any]]] = ()
     invalid_request_params: ClassVar[Sequence[Mapping[str, Any]]] = ()
     vocab_size: ClassVar[int] = 64
+    eos_token_ids: ClassVar[tuple[int, ...]] = ()
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
     device: ClassVar[str] = "cpu"
 
@@ -153,9 +162,13 @@ class SamplerConformance(BackendConformance):
         """True when the spec declares a token selector."""
         return self.spec.selects_token
 
+    def make_context(self) -> SamplerContext:
+        """The context the sampler is built with: :attr:`vocab_size` and :attr:`eos_token_ids`."""
+        return SamplerContext(self.vocab_size, self.eos_token_ids)
+
     def make_sampler(self, **option_overrides: Any) -> Sampler:
-        """Build the sampler with validated options, for :attr:`vocab_size`."""
-        return self.impl(self.make_options(**option_overrides), self.vocab_size)
+        """Build the sampler as a host does, ``impl(options, context)``, with validated options."""
+        return self.impl(self.make_options(**option_overrides), self.make_context())
 
     def add_requests(self, sampler: Sampler, params: Sequence[Mapping[str, Any]]) -> None:
         """Place one request per params dict at rows ``0..len(params)-1`` of an empty batch."""
@@ -375,6 +388,42 @@ class SamplerConformance(BackendConformance):
                 f"(params {[dict(params[r]) for r in bad.tolist()]})"
             )
 
+    def test_processor_fusable_mask_step_matches_apply(self) -> None:
+        """A :class:`FusableMaskStep` declares one of ``MASK_STEPS``, gives one value per row, and its
+        ``apply`` equals that step of the fused mask for those values (float32 logits without ties),
+        before and after the batch changes."""
+        self.require_processor()
+        sampler = self.make_sampler()
+        if not isinstance(sampler, FusableMaskStep):
+            pytest.skip(f"{self.impl.__name__} does not implement FusableMaskStep")
+        step = sampler.mask_step
+        assert step in MASK_STEPS, (
+            f"{self.impl.__name__} declares mask_step={step!r}; a fused-mask step is one of {', '.join(MASK_STEPS)}"
+        )
+        params = self.on_every_pattern([*self.request_params, *self.disabled_params])
+        batches = (params, list(reversed(params[: len(params) // 2 + 1])))
+        for seed, batch in enumerate(batches):
+            if seed == 0:
+                self.add_requests(sampler, batch)
+            else:  # every request leaves; others take their rows
+                added = tuple(AddedRequest(index=row, params=dict(p)) for row, p in enumerate(batch))
+                sampler.update_state(BatchUpdate(batch_size=len(batch), removed=tuple(range(len(params))),
+                                                 added=added))
+            values = list(sampler.row_values())
+            assert len(values) == len(batch), (
+                f"row_values() gave {len(values)} values for a batch of {len(batch)} rows"
+            )
+            logits = untied_logits(self.vocab_size, len(batch), seed).to(self.device)
+            expected = mask_step_reference(step, logits, values)
+            result = self.run_sampler(sampler, logits)
+            wrong = (~((result == expected) | (torch.isnan(result) & torch.isnan(expected)))).any(dim=1)
+            rows = wrong.nonzero().flatten().tolist()
+            assert not rows, (
+                f"apply differs from the {step} step of the fused mask with row_values() {values} in rows {rows} "
+                f"(params {[dict(batch[r]) for r in rows[:4]]}); a host that fuses this processor would give "
+                "other results than apply"
+            )
+
     # --- selectors -----------------------------------------------------------------------------
 
     def test_selector_returns_int64_ids_in_vocab(self) -> None:
@@ -498,6 +547,58 @@ def _condense(layout: list[ScenarioRequest | None]) -> list[MovedRequest]:
     return moved
 
 
+def untied_logits(vocab_size: int, num_rows: int, seed: int) -> torch.Tensor:
+    """``float32 [num_rows, vocab_size]`` logits without equal finite values: N(0, 3^2), with about a
+    quarter of every other row ``-inf`` (each row keeps at least two finite logits)."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(num_rows, vocab_size, generator=generator) * 3
+    masked = torch.rand(num_rows, vocab_size, generator=generator) < 0.25
+    masked[::2] = False
+    masked[:, :2] = False
+    return logits.masked_fill_(masked, float("-inf"))
+
+
+def mask_step_reference(step: str, logits: torch.Tensor, values: Sequence[float]) -> torch.Tensor:
+    """One step of the fused mask applied alone, per row, with the semantics
+    :class:`~pyagent_core.interfaces.sampler.FusableMaskStep` states (an oracle, written for
+    clarity, one row at a time): ``temperature``, ``top_k``, ``top_p`` or ``min_p`` with row ``r``'s
+    value ``values[r]``. Returns new float32 logits; rows of only ``-inf`` are left as they are.
+
+    Top-p's probabilities are a float64 softmax here, so on logits where a cumulative probability
+    falls within float rounding of ``p`` it may differ from the kernel's: compare on random logits.
+    """
+    out = logits.float().clone()
+    vocab = out.shape[1]
+    for row, value in enumerate(values):
+        x = out[row]
+        if not bool(torch.isfinite(x).any()):
+            continue
+        if step == "temperature":
+            if value > 0 and value != 1:
+                out[row] = x / torch.tensor(float(value), dtype=torch.float32)
+        elif step == "top_k":
+            if 0 < int(value) < vocab:
+                kth = torch.topk(x, int(value)).values[-1]
+                out[row] = x.masked_fill(x < kth, float("-inf"))
+        elif step == "top_p":
+            p = float(torch.tensor(float(value), dtype=torch.float32))
+            if p < 1:
+                probs = torch.softmax(x.double(), dim=0)
+                order = torch.argsort(x, descending=True, stable=True)
+                reached = (torch.cumsum(probs[order], dim=0) >= p).nonzero().flatten()
+                if reached.numel():
+                    last = x[order[int(reached[0]) if p > 0 else 0]]
+                    out[row] = x.masked_fill(x < last, float("-inf"))
+        elif step == "min_p":
+            q = float(torch.tensor(float(value), dtype=torch.float32))
+            if q > 0:
+                keep = x.double() - x.max().double() >= math.log(q)
+                out[row] = x.masked_fill(~keep, float("-inf"))
+        else:
+            raise ValueError(f"unknown fused-mask step {step!r}; choose one of {', '.join(MASK_STEPS)}")
+    return out
+
+
 def registered_sampler_specs(register_hook: Callable[..., None]) -> dict[str, SamplerSpec]:
     """The specs a plugin's ``pyagent_register_samplers`` hook registers, by name."""
     specs: list[SamplerSpec] = []
@@ -514,7 +615,7 @@ def run_processor(
     Row ``i`` holds a request with ``params[i]`` whose prompt is ``contexts[i]`` (empty when not
     given); ``options`` are the engine-level options (none: the processor's own defaults).
     """
-    processor = impl(dict(options or {}), logits.shape[1])
+    processor = impl(dict(options or {}), SamplerContext(int(logits.shape[1])))
     added = tuple(
         AddedRequest(index=i, params=dict(p), prompt_token_ids=tuple(contexts[i]) if contexts else ())
         for i, p in enumerate(params)

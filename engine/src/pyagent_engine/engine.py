@@ -103,7 +103,7 @@ class Engine:
         attention: attention backend name (default: selection precedence of the registry).
         attention_options: options for it (``--attention-opt``).
         samplers: logits processors in chain order (names or an order string such as
-            ``"top_k,top_p,temperature"``; default: ``sampling.DEFAULT_ORDER`` less what is not installed);
+            ``"top_k,top_p,temperature"``; default: every installed processor with a stage, in its declared order);
             greedy and multinomial select tokens.
         sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
         config: cache and batch sizes.

@@ -1,11 +1,12 @@
 """Chain-level fusion: consecutive temperature / top-k / top-p / min-p processors as one kernel call.
 
-A processor takes part when its class sets ``mask_step`` (one of :data:`STEPS`) and it has
-``row_values()`` (its per-row parameter values, as the reference processors do). A run of such
-processors in the kernel's order (``top_k < top_p < min_p``, with ``temperature`` either first or
-last) becomes a single call of the fused mask kernel (``pyagent_kernels.sampling``), which never
-sorts the whole vocabulary. Fusion needs the compiled C extension and float32 CPU logits; otherwise, and for
-processors that do not take part, each processor's own ``apply`` runs.
+A processor takes part when it implements :class:`pyagent_core.interfaces.sampler.FusableMaskStep`
+(its ``mask_step``, one of ``MASK_STEPS``, and its per-row ``row_values()``), whichever plugin it
+comes from. A run of two or more such processors in the kernel's order (``top_k < top_p < min_p``,
+with ``temperature`` either first or last) becomes a single call of the fused mask kernel
+(``pyagent_kernels.sampling``), which never sorts the whole vocabulary. Fusion needs the compiled C
+extension and float32 CPU logits; otherwise, and for processors that do not take part, each
+processor's own ``apply`` runs.
 
 The per-row parameters of a run are built into a ``pyagent_kernels.sampling.SamplingParams`` once
 per batch composition. Given a ``KeptTokens``, the last run records which tokens each row kept
@@ -23,13 +24,11 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from pyagent_core.interfaces.sampler import LogitsProcessor
-
-STEPS = ("temperature", "top_k", "top_p", "min_p")
+from pyagent_core.interfaces.sampler import MASK_STEPS, FusableMaskStep, LogitsProcessor, fusable_step
 
 
 @functools.cache
@@ -44,28 +43,25 @@ def _mask_kernel() -> Any:
     return SamplingParams if pyagent_kernels.status()["compiled"] else None
 
 
-def mask_step(processor: LogitsProcessor) -> str | None:
-    """The fused-mask step ``processor`` implements, or None."""
-    step = getattr(processor, "mask_step", None)
-    return step if step in STEPS and hasattr(processor, "row_values") else None
-
-
 def fused_runs(processors: Sequence[LogitsProcessor]) -> list[list[LogitsProcessor]]:
-    """Split the chain into runs: each run is one processor, or several that fuse into one call."""
+    """Split the chain into runs: each run is one processor, or several :class:`FusableMaskStep`
+    processors that fuse into one call."""
     runs: list[list[LogitsProcessor]] = []
+    run_steps: list[str | None] = []  # the steps of the last run (None: a processor that does not fuse)
     for processor in processors:
-        step = mask_step(processor)
-        if step is not None and runs and _extends(runs[-1], step):
+        step = fusable_step(processor)
+        if step is not None and runs and _extends(run_steps, step):
             runs[-1].append(processor)
+            run_steps.append(step)
         else:
             runs.append([processor])
+            run_steps = [step]
     return runs
 
 
-def _extends(run: list[LogitsProcessor], step: str) -> bool:
-    """Whether ``step`` can follow ``run`` inside one kernel call: temperature at most once, first or
-    last, and the other steps in the kernel's order."""
-    steps = [mask_step(p) for p in run]
+def _extends(steps: list[str | None], step: str) -> bool:
+    """Whether ``step`` can follow a run of ``steps`` inside one kernel call: temperature at most
+    once, first or last, and the other steps in the kernel's order."""
     if None in steps or step in steps:
         return False
     if "temperature" in steps:
@@ -74,7 +70,7 @@ def _extends(run: list[LogitsProcessor], step: str) -> bool:
     elif step == "temperature":
         return True
     others = [s for s in steps if s != "temperature"]
-    return not others or STEPS.index(step) > STEPS.index(str(others[-1]))
+    return not others or MASK_STEPS.index(step) > MASK_STEPS.index(str(others[-1]))
 
 
 _cache: dict[int, tuple[list[Any], Any]] = {}
@@ -98,7 +94,7 @@ def _params(run: list[LogitsProcessor], vocab: int) -> Any:
     The processors keep their ``row_values()`` list until the batch changes, so the parameters
     built from those lists are reused while the lists are the same objects.
     """
-    values = [processor.row_values() for processor in run]  # type: ignore[attr-defined]
+    values = [_fusable(processor).row_values() for processor in run]
     cached = _cache.get(id(run))  # runs come from _runs_cache, which keeps them alive
     if cached is not None and all(map(operator.is_, cached[0], values)):
         return cached[1]
@@ -109,14 +105,20 @@ def _params(run: list[LogitsProcessor], vocab: int) -> Any:
     return params
 
 
+def _fusable(processor: LogitsProcessor) -> FusableMaskStep:
+    """``processor`` as the :class:`FusableMaskStep` that :func:`fused_runs` found it to be (a
+    processor in a run of two or more; no second ``isinstance`` check on every step)."""
+    return cast(FusableMaskStep, processor)
+
+
 def _build_params(run: list[LogitsProcessor], row_values: tuple[Any, ...], vocab: int) -> Any:
     from pyagent_kernels.sampling import SamplingParams
 
     steps: dict[str, list[Any]] = {}
     for processor, values in zip(run, row_values, strict=True):
-        step = str(mask_step(processor))
+        step = _fusable(processor).mask_step
         steps[step] = [min(int(v), vocab) for v in values] if step == "top_k" else [float(v) for v in values]
-    temperature_last = len(run) > 1 and mask_step(run[-1]) == "temperature"
+    temperature_last = len(run) > 1 and _fusable(run[-1]).mask_step == "temperature"
     return SamplingParams(temperature=steps.get("temperature"), top_k=steps.get("top_k"), top_p=steps.get("top_p"),
                           min_p=steps.get("min_p"), temperature_last=temperature_last)
 

@@ -5,13 +5,14 @@ state, so the engine keeps each request in the same row from step to step and re
 changes as a :class:`BatchUpdate` (removed, then added, then moved to fill the holes).
 
 The processors run in the order of an order string such as ``"penalties,dry,top_k,temperature"``
-(llama.cpp's ``--samplers``); :data:`DEFAULT_ORDER` is used when none is given, skipping the
-processors that are not installed.
+(llama.cpp's ``--samplers``). When none is given, the chain holds every installed processor that
+declares a stage, in the order its spec declares (see :func:`default_processor_order`): the engine
+names no processor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,19 +24,27 @@ from pyagent_core.interfaces.sampler import (
     LogitsProcessor,
     MovedRequest,
     MoveKind,
+    SamplerContext,
     TokenSelector,
+    fusable_step,
 )
 from pyagent_core.kinds import SAMPLER
-from pyagent_core.registry import Registry, Selection
+from pyagent_core.registry import Registry
+from pyagent_core.types import SamplerSpec
 from pyagent_engine.fused_mask import apply_processors
 from pyagent_engine.request import Request
 
-# Hard constraints first, then repetition penalties, truncation, temperature, and mirostat last.
-DEFAULT_ORDER = (
-    "logit_bias,bad_words,allowed_token_ids,suppress_tokens,min_tokens,no_repeat_ngram,penalties,dry,"
-    "top_n_sigma,top_k,typical,top_p,min_p,eta,epsilon,xtc,dynatemp,temperature,mirostat"
-)
 GREEDY, RANDOM = "greedy", "multinomial"
+
+
+def default_processor_order(specs: Iterable[SamplerSpec]) -> tuple[str, ...]:
+    """The default chain over ``specs``: every processor with a ``stage``, by stage (in the order of
+    ``pyagent_core.types.SAMPLER_STAGES``), then ``position``, then name.
+
+    Selectors and processors without a stage are left out (a chain runs them only when it names them).
+    """
+    staged = [spec for spec in specs if spec.stage is not None and not spec.selects_token]
+    return tuple(spec.name for spec in sorted(staged, key=lambda spec: spec.chain_order))
 
 
 def parse_sampler_order(order: str | Sequence[str]) -> tuple[str, ...]:
@@ -50,9 +59,6 @@ def parse_sampler_order(order: str | Sequence[str]) -> tuple[str, ...]:
         raise SelectionError(f"the sampler order {','.join(names)!r} names {repeated[0]!r} twice; "
                              "name each processor once")
     return tuple(names)
-
-
-DEFAULT_PROCESSORS = parse_sampler_order(DEFAULT_ORDER)
 
 
 class SamplerRows:
@@ -112,21 +118,26 @@ class SamplerChain:
         registry: where the samplers are looked up.
         vocab_size: the model's vocabulary size.
         processors: processor names in chain order, or an order string (see :func:`parse_sampler_order`);
-            ``None``: :data:`DEFAULT_ORDER` without the processors that are not installed (listed in
+            ``None``: every installed processor that declares a stage, in its declared order (see
+            :func:`default_processor_order`), less those whose requirements are not met (listed in
             :attr:`skipped`). A name that is not an installed processor raises :class:`SelectionError`.
         options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``), validated against its schema.
-        eos_token_ids: the model's end-of-sequence ids, passed to the samplers as ``eos_token_ids``.
+        eos_token_ids: the model's end-of-sequence ids: the samplers' :class:`SamplerContext` holds them,
+            and requests get them as their ``eos_token_ids`` parameter.
     """
 
     def __init__(self, registry: Registry, vocab_size: int, processors: str | Sequence[str] | None = None,
                  options: Mapping[str, Mapping[str, Any]] | None = None,
                  eos_token_ids: Sequence[int] = ()) -> None:
         known = {b.name for b in registry.backends(SAMPLER) if not b.spec.selects_token}
+        self.skipped: tuple[str, ...] = ()  # staged processors left out of the default chain: unavailable
         if processors is None:
-            names = tuple(n for n in DEFAULT_PROCESSORS if n in known)
-            self.skipped = tuple(n for n in DEFAULT_PROCESSORS if n not in known)
+            available = {b.name for b in registry.available(SAMPLER)}
+            staged = default_processor_order(b.spec for b in registry.backends(SAMPLER))
+            names = tuple(name for name in staged if name in available)
+            self.skipped = tuple(name for name in staged if name not in available)
         else:
-            names, self.skipped = parse_sampler_order(processors), ()
+            names = parse_sampler_order(processors)
             for name in names:
                 if name not in known:
                     hint = "greedy and multinomial end every chain by themselves" if name in (GREEDY, RANDOM) else ""
@@ -138,14 +149,17 @@ class SamplerChain:
                                  f"({','.join(names) or 'no processors'}); add it to the sampler order")
         self.selections = [registry.select(SAMPLER, name, options.get(name))
                            for name in (*names, GREEDY, RANDOM)]
-        built = [self._build(registry, s, vocab_size) for s in self.selections]
+        self.context = SamplerContext(vocab_size, tuple(eos_token_ids))
+        built = [registry.load(s.backend)(s.options, self.context) for s in self.selections]
         self.processors: list[LogitsProcessor] = [p for p in built[:-2] if isinstance(p, LogitsProcessor)]
         self.greedy, self.random = built[-2], built[-1]
         if len(self.processors) != len(names) or not all(
             isinstance(s, TokenSelector) for s in (self.greedy, self.random)
         ):
             raise TypeError("the sampler chain needs logits processors followed by token selectors")
-        self.rows = SamplerRows(eos_token_ids)
+        for processor in self.processors:
+            fusable_step(processor)  # a processor that declares an unknown fused-mask step fails here
+        self.rows = SamplerRows(self.context.eos_token_ids)
         # A greedy batch runs the processors up to the last one that can change a row's argmax.
         invariant = [p.is_argmax_invariant() for p in self.processors]
         self.greedy_prefix = max((i + 1 for i, inv in enumerate(invariant) if not inv), default=0)
@@ -158,10 +172,6 @@ class SamplerChain:
                 sampler.row_state(added)
             except ValueError as error:
                 raise RequestError(str(error).replace("request at row 0: ", "")) from None
-
-    @staticmethod
-    def _build(registry: Registry, selection: Selection, vocab_size: int) -> Any:
-        return registry.load(selection.backend)(selection.options, vocab_size)
 
     @property
     def names(self) -> list[str]:

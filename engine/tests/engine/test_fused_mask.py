@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext, fusable_step
+from pyagent_core.kinds import SAMPLER
+from pyagent_core.registry import get_registry
 from pyagent_engine import fused_mask
 from pyagent_engine.fused_mask import apply_processors, fused_runs
-from pyagent_samplers_reference.min_p import MinPProcessor
-from pyagent_samplers_reference.temperature import TemperatureProcessor
-from pyagent_samplers_reference.top_k import TopKProcessor
-from pyagent_samplers_reference.top_p import TopPProcessor
 
-CLASSES = {"temperature": TemperatureProcessor, "top_k": TopKProcessor, "top_p": TopPProcessor,
-           "min_p": MinPProcessor}
+STEPS = ("temperature", "top_k", "top_p", "min_p")  # the installed processors of these names fuse
 ROW_PARAMS = [
     {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05},
     {"temperature": 1.3, "top_k": 0, "top_p": 0.5, "min_p": 0.0},
@@ -24,7 +21,8 @@ ROW_PARAMS = [
 
 
 def build(names: list[str], vocab: int) -> list:
-    processors = [CLASSES[name]({}, vocab) for name in names]
+    registry = get_registry()
+    processors = [registry.load(registry.get(SAMPLER, name))({}, SamplerContext(vocab)) for name in names]
     added = tuple(AddedRequest(r, p) for r, p in enumerate(ROW_PARAMS))
     for processor in processors:
         processor.update_state(BatchUpdate(len(ROW_PARAMS), added=added))
@@ -38,7 +36,7 @@ def build(names: list[str], vocab: int) -> list:
 def test_fused_equals_separate(order: str) -> None:
     if fused_mask._mask_kernel() is None:
         pytest.skip("pyagent_kernels._C is not built")
-    names = [n for n in order.split(",") if n in CLASSES]
+    names = [n for n in order.split(",") if n in STEPS]
     vocab = 1000
     logits = torch.randn(len(ROW_PARAMS), vocab, generator=torch.Generator().manual_seed(5)) * 3
     separate = logits.clone()
@@ -51,7 +49,7 @@ def test_fused_equals_separate(order: str) -> None:
 def test_runs_follow_the_kernel_order() -> None:
     def steps(order: str) -> list[list[str]]:
         runs = fused_runs(build(order.split(","), 10))
-        return [[p.mask_step for p in run] for run in runs]
+        return [[fusable_step(p) for p in run] for run in runs]
 
     assert steps("top_k,top_p,min_p,temperature") == [["top_k", "top_p", "min_p", "temperature"]]
     assert steps("temperature,top_k,min_p") == [["temperature", "top_k", "min_p"]]

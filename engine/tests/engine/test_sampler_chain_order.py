@@ -8,11 +8,17 @@ import torch
 
 from pyagent_core.errors import OptionError, RequestError, SelectionError, UnknownBackendError
 from pyagent_core.registry import get_registry
+from pyagent_core.types import SamplerSpec
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.request import Request
-from pyagent_engine.sampling import DEFAULT_PROCESSORS, SamplerChain, parse_sampler_order
+from pyagent_engine.sampling import SamplerChain, default_processor_order, parse_sampler_order
 
 VOCAB = 300
+# The default chain that sampling.py hard-coded before the stages were declared in the specs.
+OLD_DEFAULT_ORDER = (
+    "logit_bias,bad_words,allowed_token_ids,suppress_tokens,min_tokens,no_repeat_ngram,penalties,dry,"
+    "top_n_sigma,top_k,typical,top_p,min_p,eta,epsilon,xtc,dynatemp,temperature,mirostat"
+)
 ACTIVE = {  # parameters that switch every installed processor of this task on
     "typical_p": 0.95, "epsilon_cutoff": 1e-4, "eta_cutoff": 1e-4, "top_n_sigma": 3.0, "dynatemp_range": 0.3,
     "dry_multiplier": 0.8, "xtc_probability": 0.5, "mirostat": 2, "no_repeat_ngram_size": 3,
@@ -39,12 +45,20 @@ def test_unknown_or_selector_names_list_the_processors():
         SamplerChain(get_registry(), VOCAB, "top_k,greedy")
 
 
-def test_default_order_skips_what_is_not_installed():
+def test_default_chain_from_the_installed_specs_is_the_old_hard_coded_order():
     chain = SamplerChain(get_registry(), VOCAB)
-    known = {b.name for b in get_registry().backends("sampler")}
-    assert chain.names[:-2] == [n for n in DEFAULT_PROCESSORS if n in known]
-    assert set(chain.skipped) == set(DEFAULT_PROCESSORS) - known
+    assert ",".join(chain.names[:-2]) == OLD_DEFAULT_ORDER
     assert chain.names[-2:] == ["greedy", "multinomial"]
+
+
+def test_default_order_is_stage_then_position_then_name():
+    def spec(name, stage=None, position=0, selects_token=False):
+        return SamplerSpec(name=name, impl="m:C", stage=stage, position=position, selects_token=selects_token)
+
+    specs = [spec("mirostat_like", "final"), spec("b", "truncation", 5), spec("a", "truncation", 5),
+             spec("early", "truncation", -1), spec("ban", "constraints", 99), spec("hot", "temperature"),
+             spec("named_only"), spec("pick", selects_token=True), spec("rep", "penalties", 1.5)]
+    assert default_processor_order(specs) == ("ban", "rep", "early", "a", "b", "hot", "mirostat_like")
 
 
 def test_sampler_options_reach_their_sampler_and_are_validated():

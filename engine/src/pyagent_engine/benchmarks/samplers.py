@@ -3,10 +3,10 @@
 The chain is penalties (repetition 1.1 over prompt + output), top-k 50, top-p 0.9, min-p 0.05,
 temperature 0.8 (in that order, temperature last), then the token draw:
 
-- ``c``: the pyagent samplers as the engine runs them (``penalties`` processor, the reference
-  top_k / top_p / min_p / temperature processors fused into one C kernel call by the chain, the
-  ``gumbel`` selector, which looks only at the tokens the fused call recorded as kept), every
-  kernel in C;
+- ``c``: the pyagent samplers as the engine runs them, each selected by name through the registry
+  (the ``penalties`` processor; the installed top_k / top_p / min_p / temperature processors, fused
+  into one C kernel call by the chain where they implement ``FusableMaskStep``; the ``gumbel``
+  selector, which looks only at the tokens the fused call recorded as kept), every kernel in C;
 - ``torch``: the same objects with every kernel on its pure-torch fallback (bit-identical results);
 - ``transformers`` (the peer): ``LogitsProcessorList([RepetitionPenalty, TopK, TopP, MinP,
   Temperature])`` and ``torch.multinomial`` over the softmax, as ``generate()`` does.
@@ -43,20 +43,23 @@ def _histories(rows: int, vocab: int, seed: int) -> list[tuple[list[int], list[i
 
 
 def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[list[int]], None]]:
-    """The pyagent chain with every kernel on ``backend``; returns (step, append tokens)."""
-    from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+    """The pyagent chain with every kernel on ``backend``, built through the registry; returns
+    (step, append tokens)."""
+    from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
+    from pyagent_core.kinds import SAMPLER
+    from pyagent_core.registry import get_registry
     from pyagent_engine.fused_mask import apply_processors
     from pyagent_kernels.sampling import KeptTokens
-    from pyagent_samplers_gumbel.selector import GumbelSelector
-    from pyagent_samplers_penalties.processor import PenaltiesProcessor
-    from pyagent_samplers_reference.min_p import MinPProcessor
-    from pyagent_samplers_reference.temperature import TemperatureProcessor
-    from pyagent_samplers_reference.top_k import TopKProcessor
-    from pyagent_samplers_reference.top_p import TopPProcessor
 
-    penalties = PenaltiesProcessor({"backend": backend}, vocab)
-    masks = [cls({}, vocab) for cls in (TopKProcessor, TopPProcessor, MinPProcessor, TemperatureProcessor)]
-    selector = GumbelSelector({"backend": backend}, vocab)
+    registry, context = get_registry(), SamplerContext(vocab)
+
+    def build(name: str, options: dict[str, Any] | None = None) -> Any:
+        selection = registry.select(SAMPLER, name, options)
+        return registry.load(selection.backend)(selection.options, context)
+
+    penalties = build("penalties", {"backend": backend})
+    masks = [build(name) for name in ("top_k", "top_p", "min_p", "temperature")]
+    selector = build("gumbel", {"backend": backend})
     kept = KeptTokens()
     histories = _histories(rows, vocab, seed=1)
     added = tuple(AddedRequest(r, {**PARAMS, "seed": r}, prompt, output)

@@ -132,7 +132,7 @@ EXTRA = (
     inspect.Parameter("samplers", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         str | None, typer.Option("--samplers", rich_help_panel=PANEL, help=(
             "Processor order, e.g. 'penalties,dry,top_k,typical,top_p,min_p,xtc,temperature' "
-            "(default: every installed processor in the documented order)."))]),
+            "(default: every installed processor that declares a stage, in stage order)."))]),
     inspect.Parameter("sampler_opt", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         list[str] | None, typer.Option("--sampler-opt", rich_help_panel=PANEL,
                                        help="Sampler option NAME.KEY=VALUE, e.g. xtc.seed=7 (repeatable).")]),

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor as HFLogitsProcessor
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
 from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.fused_mask import apply_processors
@@ -81,7 +81,8 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
     def _start(self, input_ids: torch.Tensor, vocab: int) -> None:
         """Build the processors (once per vocabulary size) and add every row as a new request."""
         if vocab != self._vocab:
-            self._processors = [self.registry.load(s.backend)(s.options, vocab) for s in self.selections]
+            context = SamplerContext(vocab)
+            self._processors = [self.registry.load(s.backend)(s.options, context) for s in self.selections]
             self._vocab = vocab
         else:
             for processor in self._processors:

@@ -1,6 +1,6 @@
 """Base of processors driven by several per-request parameters, with optional per-row state.
 
-:class:`~pyagent_samplers_reference.row_param_processor.RowParamProcessor` covers processors with one
+:class:`~pyagent_sampler_base.row_param_processor.RowParamProcessor` covers processors with one
 parameter; samplers such as DRY (multiplier, base, allowed length, window, breakers) or mirostat
 (mode, tau, eta, and a running ``mu``) need several parameters and state that lives with the row.
 """
@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Protocol
 import attrs
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
-from pyagent_samplers_reference.logits_checks import check_logits
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
+from pyagent_sampler_base.logits_checks import check_logits
 
 
 class ParamCheck(Protocol):
@@ -68,8 +68,8 @@ class MultiParamProcessor(LogitsProcessor):
     neutral: ClassVar[Mapping[str, Any]]
     label: ClassVar[str]
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         where = f"option of the {self.label}"
         for param in self.request_params:
             param.validate(self.options.get(param.name), where)

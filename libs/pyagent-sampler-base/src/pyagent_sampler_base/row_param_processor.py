@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
-from pyagent_samplers_reference.logits_checks import check_logits
-from pyagent_samplers_reference.request_params import RequestParam
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
+from pyagent_sampler_base.logits_checks import check_logits
+from pyagent_sampler_base.request_params import RequestParam
 
 
 class RowParamProcessor(LogitsProcessor):
@@ -25,8 +25,8 @@ class RowParamProcessor(LogitsProcessor):
     request_param: ClassVar[RequestParam]
     neutral: ClassVar[Any]
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         name = self.request_param.name
         self.request_param.validate(self.options.get(name), f"option of the {name} sampler")
         self._values: list[Any] | None = None

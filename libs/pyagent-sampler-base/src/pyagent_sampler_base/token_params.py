@@ -1,6 +1,6 @@
 """Per-request parameters made of token ids: id lists, id sequences and per-token biases.
 
-They follow the protocol of :class:`~pyagent_samplers_reference.request_params.RequestParam`
+They follow the protocol of :class:`~pyagent_sampler_base.request_params.RequestParam`
 (``name`` and ``validate(value, where)``); :func:`check_in_vocab` adds the vocabulary bound, which
 only the processor knows.
 """

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
 from pyagent_core.testing.sampler import ROW_PATTERNS, make_row
 from pyagent_samplers_constraints.bans import (
     AllowedTokensProcessor,
@@ -34,7 +34,7 @@ def case(seed: int) -> tuple[list[int], list[int], torch.Tensor]:
 
 
 def ours(impl, params, prompt, output, row) -> torch.Tensor:
-    processor = impl({}, VOCAB)
+    processor = impl({}, SamplerContext(VOCAB))
     processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params, tuple(prompt), list(output)),)))
     return processor.apply(row.unsqueeze(0).clone())[0]
 
@@ -87,7 +87,7 @@ def test_allowed_token_ids_keep_only_those():
 def test_min_tokens_lifts_the_ban_once_reached():
     """The engine's live output list: EOS is banned for the first min_tokens steps only."""
     outputs: list[int] = []
-    processor = MinTokensProcessor({}, VOCAB)
+    processor = MinTokensProcessor({}, SamplerContext(VOCAB))
     params = {"min_tokens": 2, "eos_token_ids": [0]}
     processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params, (1,), outputs),)))
     banned = []

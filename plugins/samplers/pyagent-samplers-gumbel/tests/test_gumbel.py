@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
 from pyagent_samplers_gumbel import plugin
@@ -26,7 +26,7 @@ class TestGumbelConformance(SamplerConformance):
 
 def draw(backend: str, seeds: list[int | None], steps: int, logits: torch.Tensor,
          option_seed: int = 3) -> list[list[int]]:
-    selector = GumbelSelector({"backend": backend, "seed": option_seed}, logits.shape[1])
+    selector = GumbelSelector({"backend": backend, "seed": option_seed}, SamplerContext(logits.shape[1]))
     added = tuple(AddedRequest(r, {"seed": s}) for r, s in enumerate(seeds))
     selector.update_state(BatchUpdate(len(seeds), added=added))
     return [selector.select(logits).tolist() for _ in range(steps)]
@@ -54,23 +54,19 @@ def test_masked_row_raises() -> None:
 
 @pytest.mark.parametrize("backend", ["c", "torch"])
 def test_kept_tokens_from_the_fused_mask_change_nothing(backend: str) -> None:
-    """The chain's fused mask records each row's kept tokens; selecting from them alone gives the
-    tokens a scan of every row gives, step after step."""
-    from pyagent_engine.fused_mask import apply_processors
-    from pyagent_kernels.sampling import KeptTokens
-    from pyagent_samplers_reference.temperature import TemperatureProcessor
-    from pyagent_samplers_reference.top_k import TopKProcessor
+    """The fused mask (top-k 20, then temperature 0.7, as a chain fuses them) records each row's kept
+    tokens; selecting from them alone gives the tokens a scan of every row gives, step after step."""
+    from pyagent_kernels.sampling import KeptTokens, SamplingParams
 
     vocab, seeds = 2000, [5, 6, None]
-    params = [{"top_k": 20, "temperature": 0.7, "seed": s} for s in seeds]
-    added = tuple(AddedRequest(r, p) for r, p in enumerate(params))
-    masks = [TopKProcessor({}, vocab), TemperatureProcessor({}, vocab)]
-    scanning, listing = (GumbelSelector({"backend": backend, "seed": 3}, vocab) for _ in range(2))
-    for sampler in (*masks, scanning, listing):
+    added = tuple(AddedRequest(r, {"seed": s}) for r, s in enumerate(seeds))
+    mask = SamplingParams(top_k=[20] * 3, temperature=[0.7] * 3, temperature_last=True)
+    scanning, listing = (GumbelSelector({"backend": backend, "seed": 3}, SamplerContext(vocab)) for _ in range(2))
+    for sampler in (scanning, listing):
         sampler.update_state(BatchUpdate(3, added=added))
     kept = KeptTokens()
     for step in range(4):
-        logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(step)) * 3
-        masked = apply_processors(masks, logits, backend=backend, kept=kept)
+        masked = torch.randn(3, vocab, generator=torch.Generator().manual_seed(step)) * 3
+        mask.apply(masked, kept=kept, backend=backend)
         assert kept.matches(masked)
         assert torch.equal(listing.select(masked, kept=kept), scanning.select(masked))

@@ -10,7 +10,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
 from pyagent_core.testing.sampler import run_processor
 from pyagent_samplers_llamacpp.dry import DryProcessor
 from pyagent_samplers_llamacpp.mirostat import MirostatProcessor
@@ -126,7 +126,7 @@ def test_xtc_coin_follows_the_probability_and_the_seed():
     logits = torch.tensor([[2.0, 1.0, 0.0]])
 
     def flips(seed):
-        processor = XtcProcessor({}, 3)
+        processor = XtcProcessor({}, SamplerContext(3))
         params = {"xtc_probability": 0.3, "xtc_threshold": 0.1, "seed": seed}
         processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params),)))
         return [not bool(torch.isfinite(processor.apply(logits.clone())).all()) for _ in range(2000)]
@@ -138,7 +138,7 @@ def test_xtc_coin_follows_the_probability_and_the_seed():
 
 def mirostat_run(mode, rows, chosen, tau=3.0, eta=0.5):
     """Apply mirostat step by step to ``rows``, appending ``chosen[i]`` after step i; return the outputs."""
-    processor = MirostatProcessor({}, rows[0].shape[0])
+    processor = MirostatProcessor({}, SamplerContext(rows[0].shape[0]))
     outputs: list[int] = []
     params = {"mirostat": mode, "mirostat_tau": tau, "mirostat_eta": eta}
     processor.update_state(BatchUpdate(1, added=(AddedRequest(0, params, output_token_ids=outputs),)))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind, SamplerContext
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
 from pyagent_samplers_penalties import plugin
@@ -40,7 +40,7 @@ def run_steps(backend: str, requests: list[dict[str, Any]], vocab: int, steps: i
     """Run a processor over ``steps`` steps; each step every request appends a random token; return
     the penalised logits of each step. Row 0 and the last row swap at step 2."""
     rng = random.Random(seed)
-    processor = PenaltiesProcessor({"backend": backend}, vocab)
+    processor = PenaltiesProcessor({"backend": backend}, SamplerContext(vocab))
     outputs = [[rng.randrange(vocab) for _ in range(rng.randrange(3))] for _ in requests]
     added = tuple(AddedRequest(i, r["params"], r["prompt"], outputs[i]) for i, r in enumerate(requests))
     processor.update_state(BatchUpdate(len(requests), added=added))
@@ -120,7 +120,7 @@ def test_windowless_rows_take_the_one_token_step(backend: str) -> None:
     vocab, seed = 30, 3
     requests = [{"params": {"repetition_penalty": 1.7, "frequency_penalty": 0.4}, "prompt": [1, 2, 3]},
                 {"params": {"presence_penalty": -0.5}, "prompt": [4, 4]}]
-    processor = PenaltiesProcessor({"backend": backend}, vocab)
+    processor = PenaltiesProcessor({"backend": backend}, SamplerContext(vocab))
     outputs: list[list[int]] = [[], [7]]
     added = tuple(AddedRequest(i, r["params"], r["prompt"], outputs[i]) for i, r in enumerate(requests))
     processor.update_state(BatchUpdate(2, added=added))
@@ -144,7 +144,7 @@ def test_repetition_matches_transformers() -> None:
         ids = torch.randint(0, vocab, (3, 25), generator=gen)
         scores = torch.randn(3, vocab, generator=gen) * 4
         want = RepetitionPenaltyLogitsProcessor(penalty)(ids, scores.clone())
-        processor = PenaltiesProcessor({"repetition_penalty": penalty}, vocab)
+        processor = PenaltiesProcessor({"repetition_penalty": penalty}, SamplerContext(vocab))
         added = tuple(AddedRequest(r, {}, ids[r, :10].tolist(), ids[r, 10:].tolist()) for r in range(3))
         processor.update_state(BatchUpdate(3, added=added))
         torch.testing.assert_close(processor.apply(scores.clone()), want, rtol=0, atol=0)
@@ -152,7 +152,7 @@ def test_repetition_matches_transformers() -> None:
 
 def test_bad_option_is_rejected() -> None:
     with pytest.raises(ValueError, match="frequency_penalty=3"):
-        PenaltiesProcessor({"frequency_penalty": 3}, 10)
+        PenaltiesProcessor({"frequency_penalty": 3}, SamplerContext(10))
 
 
 class TestNothingToPenalise:
@@ -162,7 +162,7 @@ class TestNothingToPenalise:
 
     def test_empty_history(self) -> None:
         for backend in self.backends:
-            processor = PenaltiesProcessor({"backend": backend, "repetition_penalty": 1.5}, 8)
+            processor = PenaltiesProcessor({"backend": backend, "repetition_penalty": 1.5}, SamplerContext(8))
             processor.update_state(BatchUpdate(1, added=(AddedRequest(0, {}, (), []),)))
             logits = torch.randn(1, 8)
             assert torch.equal(processor.apply(logits.clone()), logits)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import MinPLogitsWarper
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
 from pyagent_samplers_reference import plugin
@@ -27,7 +27,7 @@ class TestMinPConformance(SamplerConformance):
 
 
 def processed(values: list[float], logits: torch.Tensor) -> torch.Tensor:
-    processor = MinPProcessor({}, logits.shape[1])
+    processor = MinPProcessor({}, SamplerContext(logits.shape[1]))
     added = tuple(AddedRequest(r, {"min_p": v}) for r, v in enumerate(values))
     processor.update_state(BatchUpdate(len(values), added=added))
     return processor.apply(logits.clone())

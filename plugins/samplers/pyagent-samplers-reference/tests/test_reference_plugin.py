@@ -12,7 +12,7 @@ import torch
 
 from pyagent_core import hookspecs
 from pyagent_core.errors import OptionError
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, TokenSelector
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext, TokenSelector
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
 from pyagent_core.types import SamplerSpec
@@ -83,7 +83,7 @@ def test_option_defaults_and_ranges() -> None:
 
 def test_non_finite_temperature_option_is_rejected() -> None:
     with pytest.raises(ValueError, match="option of the temperature sampler: temperature=nan is invalid"):
-        TemperatureProcessor({"temperature": float("nan")}, 8)
+        TemperatureProcessor({"temperature": float("nan")}, SamplerContext(8))
 
 
 @pytest.mark.parametrize(("processor_type", "params", "message"), [
@@ -97,7 +97,7 @@ def test_non_finite_temperature_option_is_rejected() -> None:
 def test_invalid_request_param_is_rejected_and_rows_stay_as_they_were(
     processor_type: type[LogitsProcessor], params: dict[str, float], message: str
 ) -> None:
-    processor = processor_type({}, 8)
+    processor = processor_type({}, SamplerContext(8))
     processor.update_state(BatchUpdate(1, added=(AddedRequest(0, {}),)))
     before = list(processor.rows.states)
     bad = BatchUpdate(2, removed=(0,), added=(AddedRequest(0, {}), AddedRequest(1, params)))
@@ -108,7 +108,7 @@ def test_invalid_request_param_is_rejected_and_rows_stay_as_they_were(
 
 
 def test_processor_rejects_logits_whose_rows_do_not_match_the_batch() -> None:
-    processor = TopKProcessor({}, 8)
+    processor = TopKProcessor({}, SamplerContext(8))
     processor.update_state(BatchUpdate(2, added=(AddedRequest(0, {"top_k": 2}), AddedRequest(1, {}))))
     with pytest.raises(ValueError, match="logits have 3 rows but the batch holds 2 requests"):
         processor.apply(torch.zeros(3, 8))

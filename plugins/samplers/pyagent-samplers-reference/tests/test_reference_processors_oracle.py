@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
 from pyagent_samplers_reference.temperature import TemperatureProcessor
 from pyagent_samplers_reference.top_k import TopKProcessor
 from pyagent_samplers_reference.top_p import TopPProcessor
@@ -77,7 +77,7 @@ def oracle_top_p(row: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
 def run(processor_type: type[LogitsProcessor], name: str, rows: np.ndarray,
         values: Sequence[Any], options: Mapping[str, Any] | None = None) -> np.ndarray:
     """Apply a processor to ``rows`` (float32), row ``i`` with the request parameter ``values[i]``."""
-    processor = processor_type(options or {}, rows.shape[1])
+    processor = processor_type(options or {}, SamplerContext(rows.shape[1]))
     added = tuple(AddedRequest(index=i, params={name: v}) for i, v in enumerate(values))
     processor.update_state(BatchUpdate(batch_size=len(values), added=added))
     return processor.apply(torch.from_numpy(rows.astype(np.float32))).numpy()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, MovedRequest, MoveKind, SamplerContext
 from pyagent_samplers_reference.greedy import GreedySelector
 from pyagent_samplers_reference.multinomial import MultinomialSelector
 
@@ -22,7 +22,7 @@ CHI2_CRITICAL_DF4 = 18.467
 
 def multinomial(params: Sequence[Mapping[str, Any]], seed: int | None = None) -> MultinomialSelector:
     """A multinomial selector over ``LOGITS`` holding one request per params dict."""
-    selector = MultinomialSelector({"seed": seed}, len(LOGITS))
+    selector = MultinomialSelector({"seed": seed}, SamplerContext(len(LOGITS)))
     added = tuple(AddedRequest(index=i, params=p) for i, p in enumerate(params))
     selector.update_state(BatchUpdate(batch_size=len(params), added=added))
     return selector
@@ -45,13 +45,13 @@ def batch_of(rows: int) -> torch.Tensor:
 
 def test_greedy_takes_the_lowest_id_among_ties() -> None:
     logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [NEG_INF, 5.0, NEG_INF, 5.0]])
-    assert GreedySelector({}, 4).select(logits).tolist() == [1, 0, 1]
+    assert GreedySelector({}, SamplerContext(4)).select(logits).tolist() == [1, 0, 1]
 
 
 @pytest.mark.parametrize("bad", [NEG_INF, float("nan"), float("inf")])
 @pytest.mark.parametrize("selector_type", [GreedySelector, MultinomialSelector])
 def test_selectors_reject_rows_without_a_finite_maximum(selector_type: type, bad: float) -> None:
-    selector = selector_type({}, 3)
+    selector = selector_type({}, SamplerContext(3))
     selector.update_state(BatchUpdate(2, added=(AddedRequest(0, {}), AddedRequest(1, {}))))
     logits = torch.tensor([[0.0, 1.0, 2.0], [NEG_INF, NEG_INF, bad]])
     with pytest.raises(ValueError, match=r"rows \[1\]"):
@@ -98,14 +98,14 @@ def test_multinomial_seeded_request_repeats_whatever_the_batch() -> None:
         torch.randn(vocab_size, generator=torch.Generator().manual_seed(step)) for step in range(steps)
     ]
 
-    alone = MultinomialSelector({}, vocab_size)
+    alone = MultinomialSelector({}, SamplerContext(vocab_size))
     alone.update_state(BatchUpdate(1, added=(AddedRequest(0, target),)))
     expected = []
     for step in range(steps):
         expected.append(int(alone.select(target_logits[step].unsqueeze(0))[0]))
         alone.update_state(None)
 
-    batched = MultinomialSelector({"seed": 1}, vocab_size)
+    batched = MultinomialSelector({"seed": 1}, SamplerContext(vocab_size))
     others: tuple[dict[str, int], ...] = ({}, {"seed": 7}, {}, {"seed": 8})
     added = [AddedRequest(i, p) for i, p in enumerate(others)] + [AddedRequest(len(others), target)]
     batched.update_state(BatchUpdate(len(added), added=tuple(added)))
@@ -124,8 +124,8 @@ def test_multinomial_seeded_request_repeats_whatever_the_batch() -> None:
 
 
 def test_multinomial_rejects_bad_seeds_naming_row_and_value() -> None:
-    selector = MultinomialSelector({}, 4)
+    selector = MultinomialSelector({}, SamplerContext(4))
     with pytest.raises(ValueError, match=r"request at row 1: seed=-3 is invalid; seed must be an integer"):
         selector.update_state(BatchUpdate(2, added=(AddedRequest(0, {}), AddedRequest(1, {"seed": -3}))))
     with pytest.raises(ValueError, match=r"option of the multinomial sampler: seed=1.5"):
-        MultinomialSelector({"seed": 1.5}, 4)
+        MultinomialSelector({"seed": 1.5}, SamplerContext(4))

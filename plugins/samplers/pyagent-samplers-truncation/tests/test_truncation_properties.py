@@ -9,9 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
+from pyagent_core.kinds import SAMPLER
+from pyagent_core.registry import get_registry
 from pyagent_core.testing.sampler import run_processor
-from pyagent_samplers_reference.temperature import TemperatureProcessor
 from pyagent_samplers_truncation.dynatemp import DynamicTemperatureProcessor
 from pyagent_samplers_truncation.top_n_sigma import TopNSigmaProcessor
 from pyagent_samplers_truncation.typical import TypicalProcessor
@@ -19,6 +20,11 @@ from pyagent_samplers_truncation.typical import TypicalProcessor
 finite_rows = st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=2, max_size=40)
 masked_rows = st.lists(st.one_of(st.floats(-30, 30, width=32), st.just(-math.inf)), min_size=2, max_size=40).filter(
     lambda r: any(math.isfinite(v) for v in r))
+
+
+def temperature_processor() -> type:
+    """The ``temperature`` processor that dynatemp hands its rows to, from whichever plugin serves it."""
+    return get_registry().load(get_registry().get(SAMPLER, "temperature"))
 
 
 def probs_after(logits: torch.Tensor) -> list[float]:
@@ -55,7 +61,7 @@ def test_top_n_sigma_keeps_exactly_the_logits_above_the_threshold(row, n):
 def test_dynatemp_then_temperature_divides_by_the_entropy_temperature(row, temperature, spread, exponent):
     logits = torch.tensor([row], dtype=torch.float64)
     params = [{"temperature": temperature, "dynatemp_range": spread, "dynatemp_exponent": exponent}]
-    out = run_processor(TemperatureProcessor, run_processor(DynamicTemperatureProcessor, logits, params), params)[0]
+    out = run_processor(temperature_processor(), run_processor(DynamicTemperatureProcessor, logits, params), params)[0]
     finite = np.array([v for v in row if math.isfinite(v)])
     probs = np.exp(finite - finite.max())
     probs /= probs.sum()
@@ -79,7 +85,7 @@ def test_dynatemp_then_temperature_divides_by_the_entropy_temperature(row, tempe
 def test_dynatemp_extremes_of_entropy():
     """A uniform row gets T + range; a near one-hot row gets about max(0, T - range)."""
     params = [{"temperature": 1.0, "dynatemp_range": 0.5}]
-    processor = DynamicTemperatureProcessor({}, 8)
+    processor = DynamicTemperatureProcessor({}, SamplerContext(8))
     processor.update_state(BatchUpdate(2, added=(AddedRequest(0, params[0]), AddedRequest(1, params[0]))))
     logits = torch.stack([torch.zeros(8), torch.tensor([60.0] + [0.0] * 7)])
     temperatures = processor.dynamic_temperature(logits, [0, 1]).flatten().tolist()

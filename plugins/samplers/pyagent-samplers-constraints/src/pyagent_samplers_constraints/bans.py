@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from pyagent_sampler_base.multi_param import ParamCheck, ParamRow
 from pyagent_samplers_constraints.constraint import BanProcessor
 from pyagent_samplers_constraints.params import (
     ALLOWED_TOKEN_IDS,
@@ -14,7 +15,6 @@ from pyagent_samplers_constraints.params import (
     NO_REPEAT_NGRAM_SIZE,
     SUPPRESS_TOKENS,
 )
-from pyagent_samplers_reference.multi_param import ParamCheck, ParamRow
 
 
 class SuppressTokensProcessor(BanProcessor):

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamRow
-from pyagent_samplers_reference.token_params import check_in_vocab
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamRow
+from pyagent_sampler_base.token_params import check_in_vocab
 
 
 class BanProcessor(MultiParamProcessor):

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck
+from pyagent_sampler_base.precision import working_dtype
+from pyagent_sampler_base.token_params import bias_items, check_in_vocab
 from pyagent_samplers_constraints.params import LOGIT_BIAS
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck
-from pyagent_samplers_reference.precision import working_dtype
-from pyagent_samplers_reference.token_params import bias_items, check_in_vocab
 
 
 class LogitBiasProcessor(MultiParamProcessor):

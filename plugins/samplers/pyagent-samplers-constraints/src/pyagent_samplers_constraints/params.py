@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.token_params import TokenBiasParam, TokenIdsParam, TokenSequencesParam
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.token_params import TokenBiasParam, TokenIdsParam, TokenSequencesParam
 
 NO_REPEAT_NGRAM_SIZE = RequestParam(
     name="no_repeat_ngram_size", integer=True, min=0, allowed="an integer >= 0 (0 turns it off)",

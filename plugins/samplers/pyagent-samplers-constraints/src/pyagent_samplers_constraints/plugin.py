@@ -15,15 +15,18 @@ EMPTIED_ROWS = " A ban that would remove every token left in a row is skipped fo
 @hookimpl
 def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     """Register logit_bias, bad_words, allowed_token_ids, suppress_tokens, min_tokens and no_repeat_ngram."""
-    spec = partial(SamplerSpec, priority=0, requires=("torch",), install_hint=INSTALL_HINT, argmax_invariant=False)
+    spec = partial(SamplerSpec, priority=0, requires=("torch",), install_hint=INSTALL_HINT, argmax_invariant=False,
+                   stage="constraints")
     register(spec(
         name="logit_bias",
+        position=10,
         impl=f"{PACKAGE}.logit_bias:LogitBiasProcessor",
         summary="Adds the request's logit_bias (token id -> bias in [-100, 100]) to those tokens.",
         description="Per-request parameter 'logit_bias', a mapping of token id (or its decimal string) to bias.",
     ))
     register(spec(
         name="bad_words",
+        position=20,
         impl=f"{PACKAGE}.bans:BadWordsProcessor",
         summary="Bans the token that would complete one of the request's bad_words_ids sequences.",
         description=(
@@ -33,18 +36,21 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="allowed_token_ids",
+        position=30,
         impl=f"{PACKAGE}.bans:AllowedTokensProcessor",
         summary="Bans every token but the request's allowed_token_ids.",
         description="Per-request parameter 'allowed_token_ids' (a list; empty or unset: off)." + EMPTIED_ROWS,
     ))
     register(spec(
         name="suppress_tokens",
+        position=40,
         impl=f"{PACKAGE}.bans:SuppressTokensProcessor",
         summary="Bans the request's suppress_tokens at every step.",
         description="Per-request parameter 'suppress_tokens' (a list of token ids)." + EMPTIED_ROWS,
     ))
     register(spec(
         name="min_tokens",
+        position=50,
         impl=f"{PACKAGE}.bans:MinTokensProcessor",
         summary="Bans end-of-sequence tokens until the request has generated min_tokens tokens.",
         description=(
@@ -56,6 +62,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="no_repeat_ngram",
+        position=60,
         impl=f"{PACKAGE}.bans:NoRepeatNgramProcessor",
         summary="Bans every token that would repeat an n-gram of the prompt and output.",
         description=(

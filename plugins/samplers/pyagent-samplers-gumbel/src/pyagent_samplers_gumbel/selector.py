@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, TokenSelector
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext, TokenSelector
 from pyagent_kernels.gumbel import GumbelStreams, to_signed64
 from pyagent_kernels.sampling import KeptTokens
 
@@ -42,8 +42,8 @@ class GumbelSelector(TokenSelector):
     they join the batch.
     """
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         _check_seed(self.options.get("seed"), f"option of the {OWNER}")
         self.backend = str(self.options.get("backend") or "auto")
         seed = self.options.get("seed")

@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck, ParamRow
+from pyagent_sampler_base.token_params import check_in_vocab
 from pyagent_samplers_llamacpp.params import (
     DRY_ALLOWED_LENGTH,
     DRY_BASE,
@@ -15,8 +17,6 @@ from pyagent_samplers_llamacpp.params import (
     DRY_PENALTY_LAST_N,
     DRY_SEQUENCE_BREAKERS,
 )
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck, ParamRow
-from pyagent_samplers_reference.token_params import check_in_vocab
 
 # ln(FLT_MAX): the exponent is clamped so that base ** exponent stays a finite float32.
 FLOAT_MAX_LOG = 88.7228391

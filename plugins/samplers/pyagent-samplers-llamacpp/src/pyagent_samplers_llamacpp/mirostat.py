@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck, ParamRow
 from pyagent_samplers_llamacpp.params import MIROSTAT, MIROSTAT_ETA, MIROSTAT_TAU
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck, ParamRow
 
 # Tokens mirostat v1 uses to estimate the Zipf exponent (llama.cpp's m).
 ZIPF_TOKENS = 100

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.token_params import TokenSequencesParam
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.token_params import TokenSequencesParam
 
 DRY_MULTIPLIER = RequestParam(
     name="dry_multiplier", integer=False, min=0.0, allowed="a finite number >= 0 (0 turns DRY off)",
@@ -33,8 +33,4 @@ MIROSTAT_TAU = RequestParam(
 )
 MIROSTAT_ETA = RequestParam(
     name="mirostat_eta", integer=False, min=0.0, allowed="a finite number >= 0 (learning rate)",
-)
-SEED = RequestParam(
-    name="seed", integer=True, min=0, max=2**64 - 1,
-    allowed="an integer in [0, 2**64 - 1], or None to draw from the engine's generator",
 )

@@ -17,6 +17,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     spec = partial(SamplerSpec, priority=0, requires=("torch",), install_hint=INSTALL_HINT)
     register(spec(
         name="dry",
+        stage="penalties",
+        position=20,
         impl=f"{PACKAGE}.dry:DryProcessor",
         summary="DRY: penalises tokens that would extend a sequence repeated from the context.",
         description=(
@@ -37,6 +39,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="xtc",
+        stage="truncation",
+        position=80,
         impl=f"{PACKAGE}.xtc:XtcProcessor",
         summary="XTC: with some probability, removes every likely token but the least likely of them.",
         description=(
@@ -55,6 +59,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="mirostat",
+        stage="final",
+        position=10,
         impl=f"{PACKAGE}.mirostat:MirostatProcessor",
         summary="Mirostat v1/v2: truncates so that the surprise of sampled tokens tracks tau.",
         description=(

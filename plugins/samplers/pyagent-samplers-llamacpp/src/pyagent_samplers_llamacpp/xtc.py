@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_llamacpp.params import SEED, XTC_PROBABILITY, XTC_THRESHOLD
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck, ParamRow
-from pyagent_samplers_reference.precision import working_dtype
+from pyagent_core.interfaces.sampler import SamplerContext
+from pyagent_sampler_base.common_params import SEED
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck, ParamRow
+from pyagent_sampler_base.precision import working_dtype
+from pyagent_samplers_llamacpp.params import XTC_PROBABILITY, XTC_THRESHOLD
 
 # Mixed into a request's seed so that XTC's coin flips do not reuse the token draws' random stream.
 SEED_SALT = 0x5851F42D4C957F2D
@@ -38,8 +40,8 @@ class XtcProcessor(MultiParamProcessor):
     neutral: ClassVar[Mapping[str, Any]] = {"xtc_probability": 0.0, "xtc_threshold": 0.1, "seed": None}
     label: ClassVar[str] = "xtc sampler"
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         self.engine_generator = torch.Generator()
         seed = self.options.get("seed")
         if seed is None:

@@ -12,6 +12,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     """Register ``penalties``: repetition (transformers), frequency and presence (OpenAI) penalties."""
     register(SamplerSpec(
         name="penalties",
+        stage="penalties",
+        position=10,
         impl="pyagent_samplers_penalties.processor:PenaltiesProcessor",
         summary="Repetition, frequency and presence penalties from per-request token counts.",
         description=(

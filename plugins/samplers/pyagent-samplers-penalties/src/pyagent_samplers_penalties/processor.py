@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
 from pyagent_kernels.penalties import PenaltyCounts, PenaltyParams, update_penalty_counts
 from pyagent_samplers_penalties.params import FREQUENCY, LAST_N, PARAMS, PRESENCE, REPETITION
 
@@ -75,12 +75,12 @@ class PenaltiesProcessor(LogitsProcessor):
     ``x -= fp * count`` and ``x -= pp``.
     """
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         for param in PARAMS:
             param.validate(self.options.get(param.name), f"option of the {OWNER}")
         self.backend = str(self.options.get("backend") or "auto")
-        self.counts = PenaltyCounts(0, vocab_size)
+        self.counts = PenaltyCounts(0, self.vocab_size)
         self._free: list[int] = []
         self._owners: dict[int, PenaltyRow] = {}
         self._params: PenaltyParams | None = None  # with _slot_list, rebuilt when the batch changes

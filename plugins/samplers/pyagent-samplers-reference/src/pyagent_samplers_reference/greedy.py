@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from pyagent_core.interfaces.sampler import TokenSelector
-from pyagent_samplers_reference.logits_checks import check_logits, check_selectable
+from pyagent_sampler_base.logits_checks import check_logits, check_selectable
 
 
 class GreedySelector(TokenSelector):

@@ -7,11 +7,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.row_param_processor import RowParamProcessor
+from pyagent_core.interfaces.sampler import FusableMaskStep
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.row_param_processor import RowParamProcessor
 
 
-class MinPProcessor(RowParamProcessor):
+class MinPProcessor(RowParamProcessor, FusableMaskStep):
     """Sets to ``-inf`` every token with ``prob < min_p * max_prob``; ``min_p=0`` turns it off.
 
     The test is ``logit - max_logit >= log(min_p)`` in double precision (the softmax's common
@@ -28,7 +29,7 @@ class MinPProcessor(RowParamProcessor):
         allowed="a number in [0, 1] (0 turns min-p off, 1 keeps only the most likely tokens)",
     )
     neutral: ClassVar[Any] = 0.0
-    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    # one step of the fused mask (FusableMaskStep): a host may run it with its neighbours as one kernel call
     mask_step: ClassVar[str] = "min_p"
 
     def is_argmax_invariant(self) -> bool:

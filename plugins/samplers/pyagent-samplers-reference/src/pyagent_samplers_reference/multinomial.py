@@ -8,18 +8,11 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, TokenSelector
-from pyagent_samplers_reference.logits_checks import check_logits, check_selectable
-from pyagent_samplers_reference.precision import working_dtype
-from pyagent_samplers_reference.request_params import RequestParam
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext, TokenSelector
+from pyagent_sampler_base.common_params import SEED
+from pyagent_sampler_base.logits_checks import check_logits, check_selectable
+from pyagent_sampler_base.precision import working_dtype
 
-SEED = RequestParam(
-    name="seed",
-    integer=True,
-    min=0,
-    max=2**64 - 1,
-    allowed="an integer in [0, 2**64 - 1], or None to draw from the engine's generator",
-)
 OWNER = "multinomial sampler"
 
 
@@ -54,8 +47,8 @@ class MultinomialSelector(TokenSelector):
     which picks token ``i`` with probability ``p[i]``.
     """
 
-    def __init__(self, options: Mapping[str, Any], vocab_size: int) -> None:
-        super().__init__(options, vocab_size)
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
         SEED.validate(self.options.get("seed"), f"option of the {OWNER}")
         self._engine_generators: dict[torch.device, torch.Generator] = {}
         self._row_groups: tuple[list[int], list[int]] | None = None

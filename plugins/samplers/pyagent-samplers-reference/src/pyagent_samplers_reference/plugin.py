@@ -19,6 +19,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     """Register temperature, top_k, top_p and min_p (processors) and greedy and multinomial (selectors)."""
     register(SamplerSpec(
         name="temperature",
+        stage="temperature",
+        position=20,
         impl=f"{PACKAGE}.temperature:TemperatureProcessor",
         summary="Divides each row's logits by the request's temperature.",
         description=(
@@ -36,6 +38,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(SamplerSpec(
         name="top_k",
+        stage="truncation",
+        position=20,
         impl=f"{PACKAGE}.top_k:TopKProcessor",
         summary="Keeps each row's k largest logits (and those tied with the k-th); masks the rest.",
         description=(
@@ -52,6 +56,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(SamplerSpec(
         name="top_p",
+        stage="truncation",
+        position=40,
         impl=f"{PACKAGE}.top_p:TopPProcessor",
         summary="Keeps each row's smallest set of most probable tokens with total probability >= p.",
         description=(
@@ -70,6 +76,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(SamplerSpec(
         name="min_p",
+        stage="truncation",
+        position=50,
         impl=f"{PACKAGE}.min_p:MinPProcessor",
         summary="Keeps each row's tokens with probability >= min_p times the top probability.",
         description=(

@@ -6,26 +6,23 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.precision import working_dtype
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.row_param_processor import RowParamProcessor
+from pyagent_core.interfaces.sampler import FusableMaskStep
+from pyagent_sampler_base.common_params import TEMPERATURE
+from pyagent_sampler_base.precision import working_dtype
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.row_param_processor import RowParamProcessor
 
 
-class TemperatureProcessor(RowParamProcessor):
+class TemperatureProcessor(RowParamProcessor, FusableMaskStep):
     """Divides each row by its ``temperature``; rows with temperature 0 or 1 are left unchanged.
 
     Temperature 0 is the conventional "greedy" setting: this processor passes such rows through,
     and choosing the most likely token is the job of the greedy selector.
     """
 
-    request_param: ClassVar[RequestParam] = RequestParam(
-        name="temperature",
-        integer=False,
-        min=0.0,
-        allowed="a finite number >= 0 (0 and 1 leave the logits unchanged)",
-    )
+    request_param: ClassVar[RequestParam] = TEMPERATURE
     neutral: ClassVar[Any] = 1.0
-    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    # one step of the fused mask (FusableMaskStep): a host may run it with its neighbours as one kernel call
     mask_step: ClassVar[str] = "temperature"
 
     def is_argmax_invariant(self) -> bool:

@@ -6,11 +6,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.row_param_processor import RowParamProcessor
+from pyagent_core.interfaces.sampler import FusableMaskStep
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.row_param_processor import RowParamProcessor
 
 
-class TopKProcessor(RowParamProcessor):
+class TopKProcessor(RowParamProcessor, FusableMaskStep):
     """Sets to ``-inf`` every logit smaller than the row's k-th largest; ``top_k=0`` turns it off.
 
     Logits equal to the k-th largest are kept, so ties can keep more than k tokens; a k at least
@@ -21,7 +22,7 @@ class TopKProcessor(RowParamProcessor):
         name="top_k", integer=True, min=0, allowed="an integer >= 0 (0 turns top-k off)"
     )
     neutral: ClassVar[Any] = 0
-    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    # one step of the fused mask (FusableMaskStep): a host may run it with its neighbours as one kernel call
     mask_step: ClassVar[str] = "top_k"
 
     def is_argmax_invariant(self) -> bool:

@@ -6,12 +6,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.precision import working_dtype
-from pyagent_samplers_reference.request_params import RequestParam
-from pyagent_samplers_reference.row_param_processor import RowParamProcessor
+from pyagent_core.interfaces.sampler import FusableMaskStep
+from pyagent_sampler_base.precision import working_dtype
+from pyagent_sampler_base.request_params import RequestParam
+from pyagent_sampler_base.row_param_processor import RowParamProcessor
 
 
-class TopPProcessor(RowParamProcessor):
+class TopPProcessor(RowParamProcessor, FusableMaskStep):
     """Keeps each row's smallest set of most probable tokens whose probability sums to ``top_p``.
 
     As in ``TopPLogitsWarper`` with ``min_tokens_to_keep=1``: with the row sorted by ascending
@@ -28,7 +29,7 @@ class TopPProcessor(RowParamProcessor):
         allowed="a number in [0, 1] (1 turns top-p off, 0 keeps only the most likely token)",
     )
     neutral: ClassVar[Any] = 1.0
-    # the engine may fuse this step with its neighbours into one C kernel call (engine/fused_mask.py)
+    # one step of the fused mask (FusableMaskStep): a host may run it with its neighbours as one kernel call
     mask_step: ClassVar[str] = "top_p"
 
     def is_argmax_invariant(self) -> bool:

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck
-from pyagent_samplers_reference.precision import working_dtype
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck
+from pyagent_sampler_base.precision import working_dtype
 from pyagent_samplers_truncation.params import EPSILON_CUTOFF, ETA_CUTOFF
 
 

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from pyagent_samplers_reference.multi_param import MultiParamProcessor, ParamCheck
-from pyagent_samplers_reference.precision import working_dtype
-from pyagent_samplers_reference.temperature import TemperatureProcessor
+from pyagent_sampler_base.common_params import TEMPERATURE
+from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck
+from pyagent_sampler_base.precision import working_dtype
 from pyagent_samplers_truncation.params import DYNATEMP_EXPONENT, DYNATEMP_RANGE
 
 
@@ -26,7 +26,7 @@ class DynamicTemperatureProcessor(MultiParamProcessor):
     """
 
     request_params: ClassVar[tuple[ParamCheck, ...]] = (
-        DYNATEMP_RANGE, DYNATEMP_EXPONENT, TemperatureProcessor.request_param,
+        DYNATEMP_RANGE, DYNATEMP_EXPONENT, TEMPERATURE,
     )
     neutral: ClassVar[Mapping[str, Any]] = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "temperature": 1.0}
     label: ClassVar[str] = "dynatemp sampler"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyagent_samplers_reference.request_params import RequestParam
+from pyagent_sampler_base.request_params import RequestParam
 
 TYPICAL_P = RequestParam(
     name="typical_p", integer=False, min=0.0, max=1.0,

@@ -17,6 +17,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     spec = partial(SamplerSpec, priority=0, requires=("torch",), install_hint=INSTALL_HINT)
     register(spec(
         name="typical",
+        stage="truncation",
+        position=30,
         impl=f"{PACKAGE}.typical:TypicalProcessor",
         summary="Locally typical sampling: keeps the tokens whose surprise is closest to the entropy.",
         description=(
@@ -29,6 +31,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="epsilon",
+        stage="truncation",
+        position=70,
         impl=f"{PACKAGE}.cutoffs:EpsilonProcessor",
         summary="Epsilon sampling: removes tokens with probability below epsilon_cutoff.",
         description=(
@@ -41,6 +45,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="eta",
+        stage="truncation",
+        position=60,
         impl=f"{PACKAGE}.cutoffs:EtaProcessor",
         summary="Eta sampling: removes tokens below min(eta, sqrt(eta) * exp(-entropy)).",
         description=(
@@ -53,6 +59,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="top_n_sigma",
+        stage="truncation",
+        position=10,
         impl=f"{PACKAGE}.top_n_sigma:TopNSigmaProcessor",
         summary="Top-n-sigma: keeps the logits within n standard deviations of the largest.",
         description=(
@@ -65,6 +73,8 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     ))
     register(spec(
         name="dynatemp",
+        stage="temperature",
+        position=10,
         impl=f"{PACKAGE}.dynatemp:DynamicTemperatureProcessor",
         summary="Dynamic temperature in [T - range, T + range], set by the row's normalised entropy.",
         description=(
