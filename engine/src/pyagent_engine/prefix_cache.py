@@ -207,10 +207,12 @@ class PrefixCachingBlockPool(BlockPool):
         self._published[request] = full
 
     def release(self, request: Request) -> None:
-        """Publish what ``request`` computed, then drop its references (the scheduler clears its block list)."""
+        """Publish what ``request`` computed, then drop its references, last block first (the
+        scheduler clears its block list): a policy ordering by recency then finds a chain's deepest
+        blocks the oldest, as :class:`~pyagent_engine.kvcache.replay.TraceCache` replays it."""
         self.publish(request)
         self._published.pop(request, None)
-        self.free(request.block_ids)
+        self.free(reversed(request.block_ids))
 
 
 def _policy(registry: Registry, selection: Selection[EvictionSpec], capacity: int, block_size: int) -> EvictionPolicy:

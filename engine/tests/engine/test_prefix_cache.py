@@ -290,16 +290,65 @@ def test_eviction_takes_leaves_first_and_never_blocks_in_use():
     simulation = Simulation(Scheduler(pool, 2, 1, 64), kv)
     simulation.run([make_request(0, [1, 2, 3, 4, 5, 6, 7], 1)])  # blocks [1,2] [3,4] [5,6] cached, chained
     chain = [pool.index.find(h) for h in pool_hashes(pool, [1, 2, 3, 4, 5, 6])]
-    assert None not in chain and list(pool.index.policy.order) == chain  # all unused, oldest first
+    assert None not in chain
+    # All unused; given back last block first, so the deepest is the oldest.
+    assert list(pool.index.policy.order) == [pool.index.entry(b).policy_id for b in reversed(chain)]
     holder = make_request(1, [1, 2, 9, 9, 9], 1)  # takes block [1,2]; needs 2 more
     scheduler = simulation.scheduler
     scheduler.add(holder)
     scheduler.schedule()
     assert holder.block_ids[0] == chain[0] and pool.index.entry(chain[0]).refs == 1
-    # The free block; then LRU names [3,4], which has a child: parked; [5,6] goes, then [3,4]. Never [1,2].
+    # The free block; then LRU names [5,6], a leaf, and [3,4], a leaf by then. Never [1,2].
     assert pool.allocate(3) is not None
     assert chain[0] in pool.index and chain[1] not in pool.index and chain[2] not in pool.index
     assert pool.allocate(1) is None
+
+
+class RememberingLru(Lru):
+    """The test LRU, declaring a ghost history (it keeps none: the index's side is under test)."""
+
+    def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
+        super().__init__(options, context)
+        self.history = 2
+        self.forgotten: list[int] = []
+
+    def forget(self, block_id: int) -> None:
+        super().forget(block_id)
+        self.forgotten.append(block_id)
+
+
+def test_index_parks_a_named_parent_until_its_children_go():
+    index = PrefixIndex(Lru({}, EvictionContext(4, 2)), block_size=2)
+    for depth, key in enumerate([b"a", b"ab", b"abc"]):  # unused at once, root first: LRU names the root first
+        index.add(10 + depth, key, key[:-1] or None, depth, refs=0)
+    assert [index.evict()[0] for _ in range(3)] == [12, 11, 10]  # the root and its child parked, then ready
+
+
+def test_a_dropped_content_keeps_its_policy_id_for_the_policy_history():
+    policy = RememberingLru({}, EvictionContext(2, 2))
+    index = PrefixIndex(policy, block_size=2)
+    assert index.history == policy.history + policy.capacity
+    index.add(0, b"a", None, 0, refs=0)
+    first = index.entry(0).policy_id
+    index.evict()
+    index.add(1, b"a", None, 0, refs=0)  # the same content in another block: the policy knows its id
+    assert index.entry(1).policy_id == first and not policy.forgotten
+    for key in (b"b", b"c", b"d", b"e", b"f"):  # five drops from b"a" on: history + capacity is 4
+        index.evict()
+        index.add(1, key, None, 0, refs=0)
+    assert policy.forgotten == [first]  # b"a" fell out of the index's memory; its id is spare
+    index.evict()
+    index.add(2, b"a", None, 0, refs=0)
+    assert index.entry(2).policy_id in policy.forgotten  # a new content to the policy
+
+
+def test_without_history_every_dropped_id_is_forgotten():
+    policy = RememberingLru({}, EvictionContext(2, 2))
+    policy.history = 0
+    index = PrefixIndex(policy, block_size=2)
+    index.add(0, b"a", None, 0, refs=0)
+    index.evict()
+    assert index.history == 0 and policy.forgotten == [0]
 
 
 def test_blocks_computed_twice_at_once_stay_private_with_everything_after_them():

@@ -1,4 +1,6 @@
-"""The trace simulator: trace loading, MIN against an exhaustive search, MIN against every policy."""
+"""The trace simulator: trace loading; replays through the engine's prefix index keep prefixes
+cached, stay within capacity and give a content one policy id; MIN against an exhaustive search and
+against every policy."""
 
 from __future__ import annotations
 
@@ -11,12 +13,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import TraceError
-from pyagent_core.kinds import EVICTION
-from pyagent_core.options import validate_options
-from pyagent_core.registry import get_registry
+from pyagent_core.interfaces.eviction import EvictionContext
+from pyagent_engine.benchmarks.kvcache import policy_factories
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
-from pyagent_engine.kvcache.belady import next_uses
-from pyagent_engine.kvcache.simulator import MIN, gap_closed, record_and_time, replay_all, replay_min
+from pyagent_engine.kvcache.belady import BeladyCache, next_uses
+from pyagent_engine.kvcache.replay import TraceCache
+from pyagent_engine.kvcache.simulator import (
+    MIN,
+    RecordingPolicy,
+    gap_closed,
+    record_and_time,
+    replay_all,
+    replay_min,
+    replay_policy,
+)
 from pyagent_engine.kvcache.trace import BlockTrace, load_trace
 
 CONVERSATION = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"
@@ -24,26 +34,23 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=N
 
 
 def installed_policies() -> dict:
-    registry = get_registry()
-    factories = {}
-    for backend in registry.available(EVICTION):
-        impl, options = registry.load(backend), validate_options(backend.spec.options, {}, backend.name)
-        factories[backend.name] = lambda context, impl=impl, options=options: impl(options, context)
+    factories = policy_factories()
     if not factories:
         pytest.skip("no eviction policy installed")
     return factories
 
 
 def tree_trace(paths: list[list[int]]) -> BlockTrace:
-    """Requests as paths in a small tree: one block id per distinct prefix, so the ids chain."""
+    """Requests as paths in a small tree: one block id per distinct prefix, so the ids chain; some
+    requests end in a partial block."""
     ids: dict[tuple[int, ...], int] = {}
     return BlockTrace.from_chains(
         [[ids.setdefault(tuple(path[:i + 1]), len(ids)) for i in range(len(path))] for path in paths],
-        block_size=4)
+        block_size=4, input_lengths=[4 * len(path) - (i % 3) for i, path in enumerate(paths)])
 
 
 def exhaustive_optimum(trace: BlockTrace, capacity: int) -> int:
-    """Most hits any sequence of legal evictions achieves (same rules as PrefixCache), by search."""
+    """Most hits any sequence of legal evictions achieves (same rules as TraceCache), by search."""
     parents = {block: (chain[i - 1] if i else None) for chain in trace.requests for i, block in enumerate(chain)}
 
     @cache
@@ -71,6 +78,72 @@ def exhaustive_optimum(trace: BlockTrace, capacity: int) -> int:
         return max(fill(index, position + 1, (cached - {victim}) | {chain[position]}) for victim in victims)
 
     return best(0, frozenset())
+
+
+chains = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=25)
+
+
+@SETTINGS
+@given(paths=chains, capacity=st.integers(1, 8))
+def test_replays_keep_prefixes_cached_and_within_capacity(paths: list[list[int]], capacity: int) -> None:
+    trace = tree_trace(paths)
+    for name, factory in installed_policies().items():
+        cache = TraceCache(factory(EvictionContext(capacity, trace.block_size)))
+        index = cache.index
+        for chain, last_tokens in zip(trace.requests, trace.last_tokens, strict=True):
+            cached_prefix = 0
+            while cached_prefix < len(chain) and index.find(chain[cached_prefix]) is not None:
+                cached_prefix += 1
+            assert cache.serve(chain, last_tokens) == cached_prefix, name
+            assert len(index) <= capacity, name
+            cached = [block for block in range(trace.unique_blocks) if block in index]
+            for block in cached:
+                parent = index.entry(block).parent
+                assert parent is None or index.find(parent) is not None, f"{name}: {block} cached without its parent"
+                assert index.is_evictable(block), f"{name}: {block} is unused but not evictable"
+            assert index.num_unpinned == len(index), name
+
+
+@SETTINGS
+@given(paths=chains, capacity=st.integers(1, 8))
+def test_a_content_keeps_one_policy_id_until_the_policy_forgets_it(paths: list[list[int]], capacity: int) -> None:
+    trace = tree_trace(paths)
+    for name, factory in installed_policies().items():
+        recorder = RecordingPolicy(factory(EvictionContext(capacity, trace.block_size)))
+        cache = TraceCache(recorder)
+        seen: dict[int, int] = {}  # content (trace block) -> its policy id
+        owner: dict[int, int] = {}  # policy id -> its content
+        calls = 0
+        for chain, last_tokens in zip(trace.requests, trace.last_tokens, strict=True):
+            cache.serve(chain, last_tokens)
+            for method, args in recorder.calls[calls:]:
+                if method == "forget":
+                    del seen[owner.pop(args[0])]
+            calls = len(recorder.calls)
+            for block in chain:
+                if block not in cache.index:
+                    continue
+                policy_id = cache.index.entry(block).policy_id
+                if block in seen:
+                    assert seen[block] == policy_id, f"{name}: block {block} changed id without a forget"
+                else:
+                    assert policy_id not in owner, f"{name}: id {policy_id} names {owner.get(policy_id)} and {block}"
+                    seen[block], owner[policy_id] = policy_id, block
+
+
+@SETTINGS
+@given(paths=chains, capacity=st.integers(1, 8))
+def test_recording_a_replay_changes_nothing(paths: list[list[int]], capacity: int) -> None:
+    trace = tree_trace(paths)
+    for name, factory in installed_policies().items():
+        assert record_and_time(trace, factory, capacity, name)[0] == replay_policy(trace, factory, capacity, name)
+
+
+def test_min_replays_its_trace_in_order() -> None:
+    trace = BlockTrace.from_chains([[0, 1], [0, 2]])
+    cache = BeladyCache(trace, 2)
+    with pytest.raises(ValueError, match="in order"):
+        cache.serve((0, 2), 512)
 
 
 small_traces = st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), min_size=1, max_size=9)

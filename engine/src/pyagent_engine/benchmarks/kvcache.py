@@ -1,9 +1,11 @@
 """``pyagent bench kvcache``: every installed eviction policy and Belady's MIN on a block trace.
 
-For each capacity the trace is replayed through a prefix cache driven by each policy (the same
-leaves-first pool for all) and through MIN. Reported per policy: hit ratio, the share of the
-LRU-to-MIN gap it closes (LRU is the peer: 0 % is LRU, 100 % is MIN), and nanoseconds per policy
-call, timed by replaying the calls the policy received alone (ratio to LRU's).
+For each capacity the trace is replayed through the engine's own prefix index
+(:class:`~pyagent_engine.kvcache.replay.TraceCache` over
+:class:`~pyagent_engine.prefix_index.PrefixIndex`, the leaves-first pool the engine runs) with each
+policy, and with MIN as one more policy over the same index. Reported per policy: hit ratio, the
+share of the LRU-to-MIN gap it closes (LRU is the peer: 0 % is LRU, 100 % is MIN), and nanoseconds
+per policy call, timed by replaying the calls the policy received alone (ratio to LRU's).
 """
 
 from __future__ import annotations

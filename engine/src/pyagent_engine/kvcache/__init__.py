@@ -1,2 +1,3 @@
-"""KV-cache modelling: block-hash traces, a prefix-cache pool driven by an eviction policy, Belady's
-MIN under the same prefix constraint, and a simulator that replays traces through both."""
+"""KV-cache modelling: block-hash traces replayed through the engine's prefix index
+(:class:`~pyagent_engine.kvcache.replay.TraceCache`) under an eviction policy or Belady's MIN, and a
+simulator that compares them."""

@@ -1,7 +1,9 @@
 """Replays a block trace through eviction policies and through MIN, at given capacities.
 
-Every replay uses the same :class:`~pyagent_engine.kvcache.pool.PrefixCache` rules (longest cached
-prefix, blocks in use never evicted, leaves first), so hit ratios differ only by victim choice.
+Every replay serves the trace through a :class:`~pyagent_engine.kvcache.replay.TraceCache`, that is
+through the engine's own :class:`~pyagent_engine.prefix_index.PrefixIndex` (longest cached prefix,
+blocks in use never evicted, leaves first), so hit ratios differ only by victim choice, and MIN is
+one more policy over the same index.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import attrs
 
 from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_engine.kvcache.belady import BeladyCache
-from pyagent_engine.kvcache.pool import PrefixCache, PrefixCachePool
+from pyagent_engine.kvcache.replay import TraceCache
 from pyagent_engine.kvcache.trace import BlockTrace
 
 PolicyFactory = Callable[[EvictionContext], EvictionPolicy]
@@ -40,30 +42,34 @@ class ReplayResult:
         return self.hits / self.requested if self.requested else 0.0
 
 
-def replay(trace: BlockTrace, cache: PrefixCache, name: str) -> ReplayResult:
+def replay(trace: BlockTrace, cache: TraceCache, name: str) -> ReplayResult:
     """Serve every request of ``trace`` through ``cache`` in order."""
-    serve, block_size = cache.serve, trace.block_size
-    for index, (chain, last_tokens) in enumerate(zip(trace.requests, trace.last_tokens, strict=True)):
-        serve(index, chain, last_tokens, block_size)
+    serve = cache.serve
+    for chain, last_tokens in zip(trace.requests, trace.last_tokens, strict=True):
+        serve(chain, last_tokens)
     return ReplayResult(name, cache.capacity, cache.hits, cache.requested, cache.evictions)
 
 
 def replay_policy(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> ReplayResult:
     """Replay ``trace`` through a prefix cache whose victims a fresh policy from ``factory`` picks."""
-    return replay(trace, PrefixCachePool(capacity, factory(EvictionContext(capacity, trace.block_size))), name)
+    return replay(trace, TraceCache(factory(EvictionContext(capacity, trace.block_size))), name)
 
 
 def replay_min(trace: BlockTrace, capacity: int) -> ReplayResult:
     """Replay ``trace`` through Belady's MIN under the prefix constraint."""
-    return replay(trace, BeladyCache(capacity, trace), MIN)
+    return replay(trace, BeladyCache(trace, capacity), MIN)
 
 
 class RecordingPolicy(EvictionPolicy):
-    """Passes every call on to ``inner`` and records it, so the calls can be timed alone later."""
+    """Passes every call on to ``inner`` and records it, so the calls can be timed alone later.
+
+    It declares ``inner``'s history, so the index keeps dropped ids for it as long as for ``inner``.
+    """
 
     def __init__(self, inner: EvictionPolicy) -> None:
         super().__init__(inner.options, inner.context)
         self.inner = inner
+        self.history = inner.history
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
 
     def insert(self, block_id: int) -> None:
@@ -85,6 +91,11 @@ class RecordingPolicy(EvictionPolicy):
         """Record and forward."""
         self.calls.append(("remove", (block_id,)))
         self.inner.remove(block_id)
+
+    def forget(self, block_id: int) -> None:
+        """Record and forward."""
+        self.calls.append(("forget", (block_id,)))
+        self.inner.forget(block_id)
 
     def evict(self) -> int:
         """Record and forward."""
@@ -118,7 +129,7 @@ def record_and_time(trace: BlockTrace, factory: PolicyFactory, capacity: int, na
     """Replay ``trace`` through a policy while recording its calls, then time those calls alone."""
     context = EvictionContext(capacity, trace.block_size)
     recorder = RecordingPolicy(factory(context))
-    result = replay(trace, PrefixCachePool(capacity, recorder), name)
+    result = replay(trace, TraceCache(recorder), name)
     return result, time_policy_calls(factory, context, recorder.calls)
 
 
