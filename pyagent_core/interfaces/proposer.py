@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from pyagent_core.options import OptionSpec
+
+if TYPE_CHECKING:
+    from pyagent_core.registry import Registry, Selection
+    from pyagent_core.types import AttentionSpec
 
 ROOT = -1
 """Parent index of draft nodes that directly follow the request's last token."""
@@ -153,6 +157,35 @@ class ProposerRequest:
         return [*self.prompt_token_ids, *self.output_token_ids]
 
 
+@attrs.frozen(kw_only=True)
+class ProposerContext:
+    """What a proposer is built for: the target model's vocabulary and context, and for proposers
+    whose spec says ``needs_model``, the target model itself and where the engine found its backends.
+
+    Attributes:
+        vocab_size: the target model's vocabulary size; drafted token ids must be below it.
+        max_model_len: the target model's context length in tokens (prompt and output together).
+        target: the engine's loaded target model, for proposers whose spec says ``needs_model``
+            (``None`` for the others). Its type is the engine's: the reference engine passes its
+            ``pyagent_engine.models.loader.LoadedModel`` (the model, its config, tokenizer and
+            dtype); a proposer that needs it depends on that engine.
+        registry: the :class:`~pyagent_core.registry.Registry` the engine selected its backends
+            from, for ``needs_model`` proposers (``None`` for the others): a proposer that builds an
+            engine of its own selects that engine's backends here, never from the global registry.
+        attention: the target engine's attention selection (backend and options), for
+            ``needs_model`` proposers (``None`` for the others): a proposer running a model of its
+            own may attend with the same backend and options where that backend supports its model.
+
+    ``target``, ``registry`` and ``attention`` take no part in equality (a model is not compared).
+    """
+
+    vocab_size: int
+    max_model_len: int
+    target: Any = attrs.field(default=None, eq=False)
+    registry: Registry | None = attrs.field(default=None, eq=False)
+    attention: Selection[AttentionSpec] | None = attrs.field(default=None, eq=False)
+
+
 class Proposer(ABC):
     """Proposes draft continuations for a batch of requests.
 
@@ -161,10 +194,13 @@ class Proposer(ABC):
 
     Args:
         options: the proposer's validated options (defaults filled in).
+        context: the target model's vocabulary and context (and for ``needs_model`` proposers the
+            model itself), see :class:`ProposerContext`.
     """
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
         self.options = dict(options)
+        self.context = context
 
     @classmethod  # noqa: B027 - optional hook
     def check_available(cls) -> None:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_core.testing.base import BackendConformance
 from pyagent_core.types import ProposerSpec
 
@@ -26,8 +26,9 @@ def repetitive_tokens(rng: random.Random, length: int, vocab_size: int) -> list[
 
 
 class ProposerConformance(BackendConformance):
-    """Kit for :class:`Proposer` s. Set ``impl`` and ``spec``; override :meth:`make_proposer` for
-    proposers that need more than their options (a draft model...).
+    """Kit for :class:`Proposer` s. Set ``impl`` and ``spec``; override :meth:`make_context` for
+    proposers that need more than the vocabulary and context length (a ``needs_model`` proposer
+    gets its target model, registry and attention selection there).
 
     ``expects_drafts`` says the proposer should draft something for repetitive text; set it to
     ``False`` for proposers that legitimately never do on the kit's inputs.
@@ -36,12 +37,17 @@ class ProposerConformance(BackendConformance):
     kind = "proposer"
     spec: ClassVar[ProposerSpec]
     vocab_size: ClassVar[int] = 64
+    max_model_len: ClassVar[int] = 4096
     expects_drafts: ClassVar[bool] = True
     steps: ClassVar[int] = 12
 
-    def make_proposer(self) -> Proposer:
-        """Construct the proposer under test."""
-        proposer: Proposer = self.impl(self.make_options())
+    def make_context(self) -> ProposerContext:
+        """The context the proposer under test is built with: the kit's vocabulary and context length."""
+        return ProposerContext(vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+
+    def make_proposer(self, **options: object) -> Proposer:
+        """Construct the proposer under test; ``options`` override the class's ``options``."""
+        proposer: Proposer = self.impl(self.make_options(**options), self.make_context())
         return proposer
 
     def check_drafts(

@@ -7,7 +7,7 @@ import random
 import attrs
 import pytest
 
-from pyagent_core.interfaces.proposer import DraftTree, Proposer
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext
 from pyagent_core.testing.proposer import ProposerConformance
 from pyagent_core.testing.scaffolded import import_template
 
@@ -65,3 +65,12 @@ def test_forking_drafts_pass_when_the_spec_allows_trees() -> None:
     tree_spec = attrs.evolve(SPEC, name="fork-test", impl=f"{__name__}:ForkingProposer", tree=True)
     kit_class = type("TreeKit", (ProposerConformance,), {"impl": ForkingProposer, "spec": tree_spec})
     kit_class().test_drafts_are_valid()
+
+
+def test_proposer_keeps_options_and_context() -> None:
+    context = ProposerContext(vocab_size=64, max_model_len=128)
+    proposer = NgramProposer({"max_ngram": 2}, context)
+    assert proposer.context is context and proposer.options == {"max_ngram": 2}
+    assert (context.target, context.registry, context.attention) == (None, None, None)
+    # the target model takes no part in equality: contexts are compared by their sizes only
+    assert attrs.evolve(context, target=object()) == context

@@ -138,7 +138,8 @@ class Engine:
         self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers, sampler_options,
                                     model_config.eos_token_ids)
         self.speculative = None if speculative is None else SpeculativeDecoder(
-            self.registry, speculative, model_config.vocab_size, target=loaded)
+            self.registry, speculative, model_config.vocab_size, model_config.max_position_embeddings,
+            target=loaded, attention=self.attention_selection)
         self.structured = StructuredOutputs(self.registry, loaded.tokenizer, model_config.eos_token_ids,
                                             model_config.vocab_size, structured)
         self.trackers: dict[str, TextTracker] = {}

@@ -50,9 +50,10 @@ import attrs
 import torch
 
 from pyagent_core.errors import ConfigError
-from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_core.kinds import PROPOSER
-from pyagent_core.registry import Registry
+from pyagent_core.registry import Registry, Selection
+from pyagent_core.types import AttentionSpec
 from pyagent_engine.block_pool import BlockPool
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain
@@ -349,20 +350,35 @@ class SpeculativeConfig:
 class SpeculativeDecoder:
     """The selected proposer plus the engine's drafting, verification and bookkeeping.
 
+    The proposer is built as every proposer is, ``cls(options, context)``, with a
+    :class:`~pyagent_core.interfaces.proposer.ProposerContext` holding the vocabulary size and the
+    context length, plus ``target``, ``registry`` and ``attention`` when its spec says ``needs_model``.
+
     Args:
-        registry: where the proposer is selected.
+        registry: where the proposer is selected (and, for a ``needs_model`` proposer, the registry
+            it builds its own engine on).
         config: which proposer, its options and the draft length.
         vocab_size: the target model's vocabulary size (drafts with larger ids are dropped).
-        target: the target model, handed to proposers whose spec says ``needs_model``.
+        max_model_len: the target model's context length in tokens.
+        target: the engine's loaded target model, for proposers whose spec says ``needs_model``.
+        attention: the engine's attention selection, for proposers whose spec says ``needs_model``.
+
+    Raises:
+        ConfigError: the proposer's spec says ``needs_model`` and no ``target`` was given.
     """
 
-    def __init__(self, registry: Registry, config: SpeculativeConfig, vocab_size: int, *, target: Any = None) -> None:
+    def __init__(self, registry: Registry, config: SpeculativeConfig, vocab_size: int, max_model_len: int, *,
+                 target: Any = None, attention: Selection[AttentionSpec] | None = None) -> None:
         self.config = config
         self.selection = registry.select(PROPOSER, config.proposer, config.options)
         spec = self.spec = self.selection.backend.spec
-        cls = registry.load(self.selection.backend)
-        self.proposer: Proposer = (cls(self.selection.options, target=target) if spec.needs_model
-                                   else cls(self.selection.options))
+        context = ProposerContext(vocab_size=vocab_size, max_model_len=max_model_len)
+        if spec.needs_model:
+            if target is None:
+                raise ConfigError(f"proposer {spec.name!r} drafts with a model and needs the target model, "
+                                  "but none was given; pass target= (an Engine passes its own model)")
+            context = attrs.evolve(context, target=target, registry=registry, attention=attention)
+        self.proposer: Proposer = registry.load(self.selection.backend)(self.selection.options, context)
         self.vocab_size = vocab_size
         self.controller = DraftController(config.num_draft_tokens, adaptive=config.adaptive)
         self.stats = SpecStats()

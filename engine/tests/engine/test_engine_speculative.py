@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_engine.engine import Engine
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
@@ -65,8 +65,8 @@ def test_greedy_output_is_identical_with_speculation(llm_bf16: LLM, baseline: tu
 class OutOfVocab(Proposer):
     """Drafts ids past the vocabulary, then too many tokens, alternately."""
 
-    def __init__(self) -> None:
-        super().__init__({})
+    def __init__(self, context: ProposerContext) -> None:
+        super().__init__({}, context)
         self.calls = 0
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
@@ -80,7 +80,7 @@ def test_a_misbehaving_proposer_never_changes_the_output(
     prompts, expected = baseline
     engine = Engine(llm_bf16.loaded, speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4))
     assert engine.speculative is not None
-    engine.speculative.proposer = OutOfVocab()
+    engine.speculative.proposer = OutOfVocab(engine.speculative.proposer.context)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert run(engine, prompts[:1]) == expected[:1]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
@@ -26,8 +26,8 @@ class WrongBranchFirst(Proposer):
     """Drafts ``[w0, r0, w1, r1, r2]`` with parents ``[root, root, r0, r0, r1]``: wrong guesses w come
     first at each branching, the right tokens r (the expected output) come later."""
 
-    def __init__(self, expected: Sequence[int]) -> None:
-        super().__init__({})
+    def __init__(self, expected: Sequence[int], context: ProposerContext) -> None:
+        super().__init__({}, context)
         self.expected = list(expected)
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
@@ -59,7 +59,7 @@ def test_accepting_a_later_branch_keeps_the_output_exact(llm_bf16: LLM, text: st
     engine = Engine(llm_bf16.loaded, config=CONFIG,
                     speculative=SpeculativeConfig(proposer="suffix", num_draft_tokens=5, adaptive=False))
     assert engine.speculative is not None
-    engine.speculative.proposer = WrongBranchFirst(expected)
+    engine.speculative.proposer = WrongBranchFirst(expected, engine.speculative.proposer.context)
     assert generate(engine, prompt) == expected
     stats = engine.speculative.stats
     assert stats.num_drafts > 0 and stats.num_accepted_tokens == 3 * stats.num_drafts, (

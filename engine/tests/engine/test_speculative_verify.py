@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
 
+from pyagent_core import ProposerSpec, hookimpl
 from pyagent_core.errors import ConfigError
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
-from pyagent_core.registry import get_registry
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_core.kinds import ATTENTION
+from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain
@@ -25,6 +27,7 @@ from pyagent_engine.speculative import (
 )
 
 VOCAB = 5
+MAX_MODEL_LEN = 100
 LOGITS = torch.tensor([[1.0, 0.2, 1.5, -0.5, 0.0],   # after the last real token
                        [0.3, 1.2, -1.0, 0.8, 0.1],   # after draft node 0
                        [0.0, 0.0, 2.0, 0.5, -2.0],   # after draft node 1
@@ -40,7 +43,7 @@ def chi_square(counts: Counter[int], probs: torch.Tensor) -> float:
 def run(draft: DraftTree | None, trials: int, temperature: float = 1.0) -> list[list[int]]:
     """Verify ``draft`` against LOGITS for ``trials`` fresh seeded requests; the emitted tokens of each."""
     chain = SamplerChain(get_registry(), VOCAB)
-    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB)
+    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     emitted = []
     for seed in range(trials):
         request = Request(f"r{seed}", [0], SamplingParams(temperature=temperature, seed=seed))
@@ -85,7 +88,7 @@ def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
 def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     chain = SamplerChain(get_registry(), VOCAB)
-    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB)
+    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     calls: list[int] = []
     sample = chain.sample
     monkeypatch.setattr(chain, "sample", lambda requests, logits: calls.append(1) or sample(requests, logits))
@@ -142,8 +145,8 @@ def test_non_positive_draft_length_is_an_error() -> None:
 class Misbehaving(Proposer):
     """Returns whatever draft it was built with."""
 
-    def __init__(self, draft: object) -> None:
-        super().__init__({})
+    def __init__(self, draft: object, context: ProposerContext) -> None:
+        super().__init__({}, context)
         self.draft = draft
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
@@ -162,8 +165,8 @@ class Misbehaving(Proposer):
 ])
 def test_bad_drafts_are_dropped_with_a_warning(draft: object, message: str) -> None:
     decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram", num_draft_tokens=8,
-                                                                  adaptive=False), VOCAB)
-    decoder.proposer = Misbehaving(draft)
+                                                                  adaptive=False), VOCAB, MAX_MODEL_LEN)
+    decoder.proposer = Misbehaving(draft, decoder.proposer.context)
     request = Request("r", [1, 2], SamplingParams(max_tokens=20))
     request.num_computed_tokens = 1
     with pytest.warns(DraftWarning, match=message):
@@ -178,3 +181,42 @@ def test_mean_accepted_length_counts_the_bonus_token() -> None:
     stats = counters.as_dict()
     assert stats["accepted_per_position"] == [1, 1] and math.isclose(stats["mean_accepted_length"], 2.0)
     assert math.isclose(stats["acceptance_rate"], 0.25)
+
+
+class ContextKeeper(Proposer):
+    """Drafts nothing; the engine-built context stays in ``self.context``."""
+
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        return [None for _ in requests]
+
+
+def keeper_registry(needs_model: bool) -> Registry:
+    """A registry holding only the ``keeper`` proposer (a :class:`ContextKeeper`)."""
+    spec = ProposerSpec(name="keeper", impl=f"{__name__}:ContextKeeper", summary="Keeps its context.",
+                        needs_model=needs_model)
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def pyagent_register_proposers(register: Callable[[ProposerSpec], None]) -> None:
+            register(spec)
+
+    return Registry(environ={}, entry_points=[], plugins=[("keeper", Plugin())]).load_plugins()
+
+
+@pytest.mark.parametrize("needs_model", [False, True])
+def test_the_proposer_is_built_with_options_and_a_context(needs_model: bool) -> None:
+    registry, target = keeper_registry(needs_model), object()
+    attention = get_registry().select(ATTENTION)
+    decoder = SpeculativeDecoder(registry, SpeculativeConfig(proposer="keeper"), VOCAB, MAX_MODEL_LEN,
+                                 target=target, attention=attention)
+    context = decoder.proposer.context
+    assert isinstance(decoder.proposer, ContextKeeper) and decoder.proposer.options == {}
+    assert (context.vocab_size, context.max_model_len) == (VOCAB, MAX_MODEL_LEN)
+    expected = (target, registry, attention) if needs_model else (None, None, None)
+    assert (context.target, context.registry, context.attention) == expected
+
+
+def test_a_proposer_that_needs_the_model_without_a_target_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="'keeper' drafts with a model and needs the target model"):
+        SpeculativeDecoder(keeper_registry(True), SpeculativeConfig(proposer="keeper"), VOCAB, MAX_MODEL_LEN)

@@ -218,7 +218,7 @@ def verify_costs(loaded: Any, prompt: list[int], settings: SpecBenchSettings, st
                 engine = Engine(loaded, speculative=SpeculativeConfig(
                     proposer="ngram", num_draft_tokens=max(k, 1), adaptive=False))
                 assert engine.speculative is not None
-                engine.speculative.proposer = Rejected({"k": k})
+                engine.speculative.proposer = Rejected({"k": k}, engine.speculative.proposer.context)
                 for _ in range(batch):
                     engine.add_request(prompt, params)
                 engine.step()  # the prefill

@@ -1,14 +1,19 @@
 """The draft-model proposer: the embedded model drafting for itself has every greedy draft accepted
-and changes no token; another vocabulary is refused."""
+and changes no token; its draft engine runs on the target's registry and attention backend; another
+vocabulary, or a context without the target model, is a configuration error."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import attrs
 import pytest
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ConfigError, RequestError
+from pyagent_core.interfaces.proposer import ProposerContext, ProposerRequest
+from pyagent_core.kinds import ATTENTION
 from pyagent_core.options import validate_options
+from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.engine import Engine
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.loader import load_model
@@ -40,6 +45,15 @@ def test_spec_says_the_proposer_needs_the_target_model() -> None:
     assert SPEC.needs_model and not SPEC.tree
 
 
+def _options(**values: object) -> dict[str, object]:
+    return validate_options(SPEC.options, values, "draft-model")
+
+
+def test_a_context_without_the_target_model_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="needs the target model and registry"):
+        DraftModelProposer(_options(), ProposerContext(vocab_size=10, max_model_len=64))
+
+
 @pytest.fixture(scope="module")
 def target():
     if find_embedded_gguf() is None:
@@ -55,22 +69,37 @@ def _greedy(engine: Engine, prompts: list[list[int]]) -> list[list[int]]:
     return [list(r.output_token_ids) for r in requests]
 
 
+def _context(target, registry: Registry) -> ProposerContext:
+    """The context an engine on ``registry`` gives the proposer (its default attention selection)."""
+    return ProposerContext(vocab_size=target.config.vocab_size, max_model_len=target.config.max_position_embeddings,
+                           target=target, registry=registry, attention=registry.select(ATTENTION))
+
+
 def test_the_model_drafting_for_itself_has_every_draft_accepted(target) -> None:
     prompts = [target.tokenizer.encode(p) for p in PROMPTS]
     expected = _greedy(Engine(target), prompts)
     config = SpeculativeConfig(proposer="draft-model", options={"max_tokens": 3}, num_draft_tokens=3, adaptive=False)
-    engine = Engine(target, speculative=config)
+    registry = Registry().load_plugins()  # not the global registry: the draft engine must use this one
+    engine = Engine(target, registry=registry, attention="torch-sdpa", speculative=config)
     assert _greedy(engine, prompts) == expected
     assert engine.speculative is not None
+    draft_engine = engine.speculative.proposer.engine  # type: ignore[attr-defined]
+    assert draft_engine.registry is registry and draft_engine.registry is not get_registry()
+    assert draft_engine.attention_selection.backend.name == "torch-sdpa"
     stats = engine.speculative.stats
     assert stats.num_draft_tokens > 0 and stats.num_accepted_tokens == stats.num_draft_tokens
 
 
-def test_a_context_too_long_for_the_draft_engine_gets_no_draft(target) -> None:
-    from pyagent_core.interfaces.proposer import ProposerRequest
+def test_a_draft_model_with_another_tokenizer_is_a_config_error(target) -> None:
+    renamed = SimpleNamespace(vocab_size=target.tokenizer.vocab_size,
+                              id_to_token=lambda i: "<other>" if i == 5 else target.tokenizer.id_to_token(i))
+    other = attrs.evolve(target, tokenizer=renamed)
+    with pytest.raises(ConfigError, match="token 5 is '<other>' for the target"):
+        DraftModelProposer(_options(), _context(other, get_registry()))
 
-    options = validate_options(SPEC.options, {"kv_cache_gib": 0.01}, "draft-model")
-    proposer = DraftModelProposer(options, target=target)
+
+def test_a_context_too_long_for_the_draft_engine_gets_no_draft(target) -> None:
+    proposer = DraftModelProposer(_options(kv_cache_gib=0.01), _context(target, get_registry()))
     long = ProposerRequest("long", list(range(100, 100 + 5000)), [])
     short = ProposerRequest("short", target.tokenizer.encode("Hello"), [])
     drafts = proposer.propose([long, short], 2)

@@ -24,6 +24,12 @@ class TestNgramPython(TestNgram):
     options: ClassVar[dict[str, Any]] = {"backend": "python", "min_n": 1, "max_n": 3}
 
 
+def ngram(**options: Any) -> NgramProposer:
+    """An ngram proposer built as the kit builds it, ``options`` over the spec's defaults."""
+    kit = TestNgram()
+    return NgramProposer(kit.make_options(**options), kit.make_context())
+
+
 def lookup_oracle(history: list[int], min_n: int, max_n: int, k: int) -> list[int] | None:
     """Largest n with an earlier occurrence of the last n tokens; the latest one's continuation."""
     for n in range(min(max_n, len(history) - 1), min_n - 1, -1):
@@ -38,7 +44,7 @@ def lookup_oracle(history: list[int], min_n: int, max_n: int, k: int) -> list[in
        min_n=st.integers(1, 3), extra=st.integers(0, 4), k=st.integers(1, 6), backend=st.sampled_from(["c", "python"]))
 def test_draft_is_the_latest_continuation_of_the_longest_match(
         prompt: list[int], output: list[int], min_n: int, extra: int, k: int, backend: str) -> None:
-    proposer = NgramProposer({"min_n": min_n, "max_n": min_n + extra, "max_tokens": 64, "backend": backend})
+    proposer = ngram(min_n=min_n, max_n=min_n + extra, max_tokens=64, backend=backend)
     (draft,) = proposer.propose([ProposerRequest("r", prompt, output)], k)
     expected = lookup_oracle(prompt + output, min_n, min_n + extra, k)
     assert (None if draft is None else list(draft.token_ids)) == expected
@@ -46,7 +52,7 @@ def test_draft_is_the_latest_continuation_of_the_longest_match(
 
 
 def test_output_tokens_are_searched_as_they_arrive() -> None:
-    proposer = NgramProposer({"min_n": 2, "max_n": 4, "max_tokens": 3})
+    proposer = ngram(min_n=2, max_n=4, max_tokens=3)
     output: list[int] = []
     request = ProposerRequest("r", [9, 1, 2, 3, 4, 8], output)
     assert proposer.propose([request], 3) == [None]
@@ -57,4 +63,4 @@ def test_output_tokens_are_searched_as_they_arrive() -> None:
 
 def test_max_n_below_min_n_is_an_option_error() -> None:
     with pytest.raises(OptionError, match="max_n"):
-        NgramProposer({"min_n": 4, "max_n": 2})
+        ngram(min_n=4, max_n=2)

@@ -24,6 +24,12 @@ class TestSuffixChainsPython(TestSuffix):
     options: ClassVar[dict[str, Any]] = {"tree": False, "backend": "python", "min_match": 1}
 
 
+def suffix(**options: Any) -> SuffixProposer:
+    """A suffix proposer built as the kit builds it, ``options`` over the spec's defaults."""
+    kit = TestSuffix()
+    return SuffixProposer(kit.make_options(**options), kit.make_context())
+
+
 def occurrences(text: list[int], context: list[int], m: int) -> list[int]:
     """End positions e < len(text) where text[e - m:e] equals the last m tokens of context."""
     return [e for e in range(m, len(text)) if text[e - m:e] == context[-m:]]
@@ -48,7 +54,7 @@ def check_grounded(draft: DraftTree, texts: list[list[int]], context: list[int],
        backend=st.sampled_from(["c", "python"]))
 def test_drafts_continue_the_context_in_its_sources(prompt: list[int], output: list[int], earlier: list[int],
                                                    k: int, tree: bool, backend: str) -> None:
-    proposer = SuffixProposer({"tree": tree, "backend": backend, "min_token_prob": 0.0, "spec_factor": 4.0})
+    proposer = suffix(tree=tree, backend=backend, min_token_prob=0.0, spec_factor=4.0)
     proposer.propose([ProposerRequest("old", [0], earlier)], 1)
     proposer.on_finished("old")
     (draft,) = proposer.propose([ProposerRequest("r", prompt, output)], k)
@@ -59,13 +65,13 @@ def test_drafts_continue_the_context_in_its_sources(prompt: list[int], output: l
 
 def test_c_and_python_give_the_same_drafts() -> None:
     prompt = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2, 3]
-    drafts = [SuffixProposer({"backend": b}).propose([ProposerRequest("r", prompt, [])], 6) for b in ("c", "python")]
+    drafts = [suffix(backend=b).propose([ProposerRequest("r", prompt, [])], 6) for b in ("c", "python")]
     assert drafts[0] == drafts[1] and drafts[0][0] is not None
 
 
 def test_tree_scores_branches_by_frequency_and_match_length() -> None:
     prompt = [7, 1, 4, 7, 1, 4, 7, 1, 5, 7, 1]
-    (draft,) = SuffixProposer({"max_hits": 8, "spec_factor": 8.0}).propose([ProposerRequest("r", prompt, [])], 4)
+    (draft,) = suffix(max_hits=8, spec_factor=8.0).propose([ProposerRequest("r", prompt, [])], 4)
     assert draft is not None
     first = {draft.token_ids[i]: draft.scores[i] for i in draft.children()}  # type: ignore[index]
     rate = PRIOR_RATES[1]  # a match of 2 tokens ("7 1"): the prior of its bucket, nothing learned yet
@@ -74,12 +80,12 @@ def test_tree_scores_branches_by_frequency_and_match_length() -> None:
 
 def test_draft_size_follows_match_length() -> None:
     prompt = [1, 2, 3, 4, 5, 6, 9, 9, 5, 6]
-    (draft,) = SuffixProposer({"spec_factor": 1.0}).propose([ProposerRequest("r", prompt, [])], 8)
+    (draft,) = suffix(spec_factor=1.0).propose([ProposerRequest("r", prompt, [])], 8)
     assert draft is not None and draft.token_ids == (9, 9)  # match length 2 -> at most 2 nodes
 
 
 def test_global_store_drafts_from_earlier_outputs() -> None:
-    proposer = SuffixProposer({"spec_factor": 1.0})  # a match of 2 tokens drafts at most 2
+    proposer = suffix(spec_factor=1.0)  # a match of 2 tokens drafts at most 2
     proposer.propose([ProposerRequest("a", [0], [10, 11, 12, 13, 14])], 4)
     proposer.on_finished("a")
     (draft,) = proposer.propose([ProposerRequest("b", [5, 10, 11], [])], 4)
@@ -88,7 +94,7 @@ def test_global_store_drafts_from_earlier_outputs() -> None:
 
 @pytest.mark.parametrize("backend", ["c", "python"])
 def test_store_stays_within_its_budget_and_evicts_oldest(backend: str) -> None:
-    proposer = SuffixProposer({"global_max_tokens": 10, "backend": backend})
+    proposer = suffix(global_max_tokens=10, backend=backend)
     for start in range(0, 40, 4):
         proposer.propose([ProposerRequest(f"r{start}", [99], [start, start + 1, start + 2])], 1)
         proposer.on_finished(f"r{start}")

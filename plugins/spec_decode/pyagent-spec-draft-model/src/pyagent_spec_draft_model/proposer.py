@@ -12,11 +12,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyagent_core.errors import ConfigError, RequestError
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.errors import BackendUnavailableError, ConfigError, RequestError
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_core.registry import Registry, Selection
+from pyagent_core.types import AttentionSpec
 from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.models.loader import LoadedModel, load_model
 from pyagent_engine.params import SamplingParams
+
+
+def _draft_engine(draft: LoadedModel, registry: Registry, attention: Selection[AttentionSpec] | None,
+                  config: EngineConfig) -> Engine:
+    """An engine for ``draft`` on ``registry``, with the target's ``attention`` backend and options
+    when that backend serves the draft model, else with the registry's choice."""
+    if attention is not None:
+        try:
+            return Engine(draft, registry=registry, config=config, attention=attention.backend.qualified_name,
+                          attention_options=attention.options)
+        except BackendUnavailableError:  # the target's backend does not serve the draft's dtype or head size
+            pass
+    return Engine(draft, registry=registry, config=config)
 
 
 def tokenizer_mismatch(target: LoadedModel, draft: LoadedModel) -> str | None:
@@ -34,23 +49,36 @@ def tokenizer_mismatch(target: LoadedModel, draft: LoadedModel) -> str | None:
 class DraftModelProposer(Proposer):
     """Drafts the next tokens of each request with a smaller model of the same tokenizer.
 
+    Its spec says ``needs_model``: the context holds the target model, the registry the target
+    engine selected its backends from and the target's attention selection. The draft engine is built
+    on that registry, and attends with the target's backend and options unless that backend cannot
+    serve the draft model (another dtype or head size), where the registry chooses as it would for
+    any engine.
+
     Args:
         options: ``model``, ``dtype``, ``max_tokens``, ``kv_cache_gib`` (see the plugin's spec).
-        target: the engine's model, whose tokenizer the draft model must share.
+        context: the target's vocabulary and context, its model, registry and attention selection.
 
     Raises:
-        ConfigError: the draft model's tokenizer is not the target's.
+        ConfigError: the context lacks the target model or the registry, or the draft model's
+            tokenizer is not the target's.
     """
 
-    def __init__(self, options: Mapping[str, Any], *, target: LoadedModel) -> None:
-        super().__init__(options)
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+        super().__init__(options, context)
+        target, registry = context.target, context.registry
+        if target is None or registry is None:
+            missing = " and ".join(n for n, v in (("target model", target), ("registry", registry)) if v is None)
+            raise ConfigError(f"draft-model needs the {missing} in its ProposerContext; its spec says needs_model, "
+                              "so build it through an engine (SpeculativeConfig(proposer='draft-model'))")
         draft = load_model(self.options["model"] or None, self.options["dtype"])
         problem = tokenizer_mismatch(target, draft)
         if problem is not None:
             raise ConfigError(f"draft-model cannot draft for this model: {problem}; choose a draft model "
-                               "trained with the target's tokenizer")
-        config = EngineConfig(kv_cache_gib=float(self.options["kv_cache_gib"]), prefix_caching=True)
-        self.engine = Engine(draft, config=config)
+                              "trained with the target's tokenizer")
+        self.engine = _draft_engine(draft, registry, context.attention,
+                                    EngineConfig(kv_cache_gib=float(self.options["kv_cache_gib"]),
+                                                 prefix_caching=True))
 
     def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
         """A greedy chain of up to ``min(max_tokens, options["max_tokens"])`` tokens per request."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyagent_core.errors import OptionError
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_kernels.spec_decode import Drafter, draft_params
 
 
@@ -20,8 +20,8 @@ class NgramProposer(Proposer):
     :class:`pyagent_kernels.spec_decode.Drafter`).
     """
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        super().__init__({"min_n": 2, "max_n": 8, "max_tokens": 8, "backend": "auto", **options})
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+        super().__init__(options, context)
         o = self.options
         if o["max_n"] < o["min_n"]:
             raise OptionError(f"ngram: max_n ({o['max_n']}) must be >= min_n ({o['min_n']})")

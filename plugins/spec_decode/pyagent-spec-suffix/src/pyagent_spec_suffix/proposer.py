@@ -16,20 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyagent_core.errors import OptionError
-from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_kernels.spec_decode import Drafter, draft_params
-
-DEFAULTS: dict[str, Any] = {
-    "max_depth": 32, "min_match": 1, "max_tokens": 16, "max_hits": 64, "spec_factor": 3.0,
-    "min_token_prob": 0.1, "tree": True, "global_max_tokens": 4096, "backend": "auto",
-}
 
 
 class SuffixProposer(Proposer):
     """Scored draft trees (or chains, with ``tree=False``); options as in the plugin spec."""
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        super().__init__({**DEFAULTS, **options})
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+        super().__init__(options, context)
         o = self.options
         if o["max_depth"] < o["min_match"]:
             raise OptionError(f"suffix: max_depth ({o['max_depth']}) must be >= min_match ({o['min_match']})")
