@@ -1,9 +1,7 @@
-"""Shared fixtures: throwaway installed distributions and a subprocess runner for the CLI."""
+"""Fixtures of the cross-package tests: throwaway installed distributions and registries over them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
@@ -76,19 +74,3 @@ def make_registry(site: SitePackages, tmp_path: Path) -> Callable[..., Registry]
         return Registry(environ=env, entry_points=site.entry_points(), settings=settings)
 
     return build
-
-
-def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            extra_path: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pyagent_core.cli ARGS`` in a fresh process (``stdin`` as its input) and capture its output."""
-    environ = {**os.environ, **(env or {})}
-    if extra_path is not None:
-        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "pyagent_core.cli", *args], capture_output=True,
-                          text=True, env=environ, cwd=cwd, timeout=120, input=stdin)
-
-
-@pytest.fixture
-def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """The :func:`run_cli` helper as a fixture."""
-    return run_cli

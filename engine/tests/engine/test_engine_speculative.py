@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 from pyagent_engine.engine import Engine
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.speculative import DraftWarning, SpeculativeConfig
 
-SPECBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "specbench" / "question.jsonl"
+SPECBENCH = SHARED_DATA / "specbench" / "question.jsonl"
 CATEGORIES = ("summarization", "coding")
 MAX_TOKENS = 16
 

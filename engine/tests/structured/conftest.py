@@ -13,12 +13,13 @@ import pytest
 
 from pyagent_core.config import ConfigFile, Settings
 from pyagent_core.registry import Registry
+from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
 if TYPE_CHECKING:
     from pyagent_engine.llm import LLM
 
 _DOUBLES_PATH = Path(__file__).with_name("grammar_doubles.py")
-SCHEMAS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+SCHEMAS = SHARED_DATA / "jsonschemabench"
 
 
 def _load_doubles() -> ModuleType:
