@@ -190,19 +190,36 @@ static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int wor
 }
 
 /* ---------------------------------------------------------------------------------------------
- * AVX-512 variants: an MR x NR tile of accumulators over weight rows streamed once per input tile. */
+ * x86 variants: an MR x NR tile of accumulators over weight rows streamed once per input tile.
+ *
+ * The macros below serve both vector widths; `sfx` (512 or 256) names a width's types and helpers.
+ * An accumulator's 16 lanes are one vector acc<sfx> on AVX-512, and on AVX2 two parts (lanes 0..7 and
+ * 8..15) declared with the suffix PARTS<sfx> (empty, or [2]), reached with PART<sfx>(h) (nothing, or
+ * [h]) in a loop FOR_PARTS<sfx>(h) (none, or over the two). A chunk of inputs (16 float32 or 32
+ * bfloat16 values) is loaded in as many parts chunk<sfx>, part h going to part h of the
+ * accumulators: lane by lane the same fused multiply-adds in the same order whatever the width.
+ * reduce_lanes<sfx> sums the lanes of accumulators, decode_block<sfx> decodes a quantized block into
+ * its weights 0..15 and 16..31. */
 #if PAK_X86_VARIANTS
 
 #define AVX512 "avx512f,avx512bw,avx512dq,avx512vl"
 #define TILE_INLINE static inline __attribute__((always_inline))
 
-/* One level of the lane tree for the vectors v[0..count) at once: each pair (s, t) becomes one vector
- * holding both halves' sums, lo + hi in the order of the tree; an odd last vector pairs with itself. */
-#define REDUCE_LEVEL(v, count, lo, hi)                                                              \
+typedef __m512 acc512;
+typedef __m512i chunk512;
+#define PARTS512
+#define PART512(h)
+#define FOR_PARTS512(h)
+#define zero512 _mm512_setzero_ps
+
+/* One level of the lane tree for the vectors v[0..count) of type `vec` at once: each pair (s, t)
+ * becomes one vector holding both halves' sums, add(lo, hi) in the order of the tree; an odd last
+ * vector pairs with itself. */
+#define REDUCE_LEVEL(v, count, vec, add, lo, hi)                                                       \
     do {                                                                                               \
         for (int p = 0; 2 * p < (count); ++p) {                                                        \
-            const __m512 s = (v)[2 * p], t = 2 * p + 1 < (count) ? (v)[2 * p + 1] : s;                 \
-            (v)[p] = _mm512_add_ps(lo, hi);                                                            \
+            const vec s = (v)[2 * p], t = 2 * p + 1 < (count) ? (v)[2 * p + 1] : s;                    \
+            (v)[p] = add(lo, hi);                                                                      \
         }                                                                                              \
         (count) = ((count) + 1) / 2;                                                                   \
     } while (0)
@@ -214,13 +231,14 @@ static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int wor
 __attribute__((target(AVX512))) TILE_INLINE void reduce_lanes512(__m512 *v, int n, float *sums)
 {
     int count = n;
-    REDUCE_LEVEL(v, count, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(1, 0, 1, 0)),
+    REDUCE_LEVEL(v, count, __m512, _mm512_add_ps, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(1, 0, 1, 0)),
                  _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(3, 2, 3, 2)));
-    REDUCE_LEVEL(v, count, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+    REDUCE_LEVEL(v, count, __m512, _mm512_add_ps, _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
                  _mm512_shuffle_f32x4(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
-    REDUCE_LEVEL(v, count, _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s), _mm512_castps_pd(t))),
+    REDUCE_LEVEL(v, count, __m512, _mm512_add_ps,
+                 _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s), _mm512_castps_pd(t))),
                  _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s), _mm512_castps_pd(t))));
-    REDUCE_LEVEL(v, count, _mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+    REDUCE_LEVEL(v, count, __m512, _mm512_add_ps, _mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
                  _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
     float lanes[(n + LANES - 1) / LANES * LANES];
     for (int u = 0; u < count; ++u)
@@ -247,77 +265,88 @@ __attribute__((target(AVX512 ",avx512bf16"))) TILE_INLINE __m512 step_bf16_nativ
 
 /* Start an mr x nr tile of accumulators at inner element k0: zeros at 0, else the partial sums a
  * previous slice left in `spill` (row i, column j at spill[i * BLOCK_ROWS + j]). */
-#define TILE_BEGIN(acc, mr, nr, k0, spill)                                                          \
+#define TILE_BEGIN(sfx, acc, mr, nr, k0, spill)                                                        \
     for (int i = 0; i < (mr); ++i)                                                                     \
         for (int j = 0; j < (nr); ++j)                                                                 \
-            (acc)[i][j] = (k0) == 0 ? _mm512_setzero_ps() : (spill)[i * BLOCK_ROWS + j];
+            FOR_PARTS##sfx(h)                                                                          \
+                (acc)[i][j] PART##sfx(h) = (k0) == 0 ? zero##sfx() : (spill)[i * BLOCK_ROWS + j] PART##sfx(h);
 
 /* End a tile at inner element k1: at the end of the row, sum each accumulator's lanes and store the
  * result at y0 + i * out + j; else keep the partial sums in `spill` for the next slice. */
-#define TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                            \
+#define TILE_END(sfx, job, y0, acc, mr, nr, k1, spill, store)                                          \
     if ((k1) < (job)->in) {                                                                            \
         for (int i = 0; i < (mr); ++i)                                                                 \
             for (int j = 0; j < (nr); ++j)                                                             \
-                (spill)[i * BLOCK_ROWS + j] = (acc)[i][j];                                             \
+                FOR_PARTS##sfx(h)                                                                      \
+                    (spill)[i * BLOCK_ROWS + j] PART##sfx(h) = (acc)[i][j] PART##sfx(h);               \
     } else {                                                                                           \
-        __m512 flat[(mr) * (nr)];                                                                      \
+        acc##sfx flat[(mr) * (nr)] PARTS##sfx;                                                         \
         float sums[(mr) * (nr)];                                                                       \
         for (int i = 0; i < (mr); ++i)                                                                 \
             for (int j = 0; j < (nr); ++j)                                                             \
-                flat[i * (nr) + j] = (acc)[i][j];                                                      \
-        reduce_lanes512(flat, (mr) * (nr), sums);                                                      \
+                FOR_PARTS##sfx(h)                                                                      \
+                    flat[i * (nr) + j] PART##sfx(h) = (acc)[i][j] PART##sfx(h);                        \
+        reduce_lanes##sfx(flat, (mr) * (nr), sums);                                                    \
         for (int i = 0; i < (mr); ++i)                                                                 \
             for (int j = 0; j < (nr); ++j)                                                             \
                 store(job, (y0) + i * (job)->out + j, sums[i * (nr) + j]);                             \
     }
 
-/* DEFINE_TILE(name, isa, elem, per_chunk, mask_t, load_full, load_tail, step, store): an mr x nr
+/* DEFINE_TILE(name, isa, sfx, elem, per_chunk, tail, load_full, load_tail, step, store): an mr x nr
  * tile (compile-time sizes after inlining, up to MR x NR) of y = x w^T over the inner elements
- * [k0, k1), a slice of whole chunks but for the row's last, whose tail chunk is loaded with a mask. */
-#define DEFINE_TILE(name, isa, elem, per_chunk, mask_t, load_full, load_tail, step, store)          \
+ * [k0, k1), a slice of whole chunks but for the row's last, whose tail chunk is loaded padded with
+ * zeros: load_full(p, h) loads part h of the chunk at p, load_tail(tail(count), p, h) part h of its
+ * first count elements (tail(count) is a mask or the count). */
+#define DEFINE_TILE(name, isa, sfx, elem, per_chunk, tail, load_full, load_tail, step, store)          \
     __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
                                                           const elem *w, int64_t y0, int mr, int nr,   \
-                                                          int64_t k0, int64_t k1, __m512 *spill)       \
+                                                          int64_t k0, int64_t k1, acc##sfx(*spill) PARTS##sfx) \
     {                                                                                                  \
         const int64_t in = job->in;                                                                    \
-        __m512 acc[MR][NR];                                                                            \
-        TILE_BEGIN(acc, mr, nr, k0, spill)                                                             \
+        acc##sfx acc[MR][NR] PARTS##sfx;                                                               \
+        TILE_BEGIN(sfx, acc, mr, nr, k0, spill)                                                        \
         int64_t c = k0;                                                                                \
         for (; c + (per_chunk) <= k1; c += (per_chunk)) {                                              \
-            __m512i wv[NR];                                                                            \
-            for (int j = 0; j < nr; ++j)                                                               \
-                wv[j] = load_full(w + j * in + c);                                                     \
-            for (int i = 0; i < mr; ++i) {                                                             \
-                const __m512i xv = load_full(x + i * in + c);                                          \
+            FOR_PARTS##sfx(h) {                                                                        \
+                chunk##sfx wv[NR];                                                                     \
                 for (int j = 0; j < nr; ++j)                                                           \
-                    acc[i][j] = step(acc[i][j], xv, wv[j]);                                            \
+                    wv[j] = load_full(w + j * in + c, h);                                              \
+                for (int i = 0; i < mr; ++i) {                                                         \
+                    const chunk##sfx xv = load_full(x + i * in + c, h);                                \
+                    for (int j = 0; j < nr; ++j)                                                       \
+                        acc[i][j] PART##sfx(h) = step(acc[i][j] PART##sfx(h), xv, wv[j]);              \
+                }                                                                                      \
             }                                                                                          \
         }                                                                                              \
         if (c < k1) {                                                                                  \
-            const mask_t mask = (mask_t)((((uint64_t)1) << (k1 - c)) - 1);                             \
-            __m512i wv[NR];                                                                            \
-            for (int j = 0; j < nr; ++j)                                                               \
-                wv[j] = load_tail(mask, w + j * in + c);                                               \
-            for (int i = 0; i < mr; ++i) {                                                             \
-                const __m512i xv = load_tail(mask, x + i * in + c);                                    \
+            const __auto_type mask = tail(k1 - c);                                                     \
+            FOR_PARTS##sfx(h) {                                                                        \
+                chunk##sfx wv[NR];                                                                     \
                 for (int j = 0; j < nr; ++j)                                                           \
-                    acc[i][j] = step(acc[i][j], xv, wv[j]);                                            \
+                    wv[j] = load_tail(mask, w + j * in + c, h);                                        \
+                for (int i = 0; i < mr; ++i) {                                                         \
+                    const chunk##sfx xv = load_tail(mask, x + i * in + c, h);                          \
+                    for (int j = 0; j < nr; ++j)                                                       \
+                        acc[i][j] PART##sfx(h) = step(acc[i][j] PART##sfx(h), xv, wv[j]);              \
+                }                                                                                      \
             }                                                                                          \
         }                                                                                              \
-        TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                               \
+        TILE_END(sfx, job, y0, acc, mr, nr, k1, spill, store)                                          \
     }
 
-#define LOAD_F32(p) _mm512_castps_si512(_mm512_loadu_ps(p))
-#define LOAD_F32_TAIL(m, p) _mm512_castps_si512(_mm512_maskz_loadu_ps((m), (p)))
-#define LOAD_16(p) _mm512_loadu_si512((const void *)(p))
-#define LOAD_16_TAIL(m, p) _mm512_maskz_loadu_epi16((m), (p))
+#define MASK16(n) ((__mmask16)((((uint64_t)1) << (n)) - 1))
+#define MASK32(n) ((__mmask32)((((uint64_t)1) << (n)) - 1))
+#define LOAD_F32(p, h) _mm512_castps_si512(_mm512_loadu_ps(p))
+#define LOAD_F32_TAIL(m, p, h) _mm512_castps_si512(_mm512_maskz_loadu_ps((m), (p)))
+#define LOAD_16(p, h) _mm512_loadu_si512((const void *)(p))
+#define LOAD_16_TAIL(m, p, h) _mm512_maskz_loadu_epi16((m), (p))
 #define STEP_F32(acc, x, w) _mm512_fmadd_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(w), (acc))
 #define STORE_F32(job, index, v) (((float *)(job)->y)[index] = (v))
 
-DEFINE_TILE(tile_f32, AVX512, float, LANES, __mmask16, LOAD_F32, LOAD_F32_TAIL, STEP_F32, STORE_F32)
-DEFINE_TILE(tile_bf16_emulated, AVX512, uint16_t, 2 * LANES, __mmask32, LOAD_16, LOAD_16_TAIL,
+DEFINE_TILE(tile_f32, AVX512, 512, float, LANES, MASK16, LOAD_F32, LOAD_F32_TAIL, STEP_F32, STORE_F32)
+DEFINE_TILE(tile_bf16_emulated, AVX512, 512, uint16_t, 2 * LANES, MASK32, LOAD_16, LOAD_16_TAIL,
             step_bf16_emulated, store_bf16_result)
-DEFINE_TILE(tile_bf16_native, AVX512 ",avx512bf16", uint16_t, 2 * LANES, __mmask32, LOAD_16, LOAD_16_TAIL,
+DEFINE_TILE(tile_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, 2 * LANES, MASK32, LOAD_16, LOAD_16_TAIL,
             step_bf16_native, store_bf16_result)
 
 /* Inner elements per slice for dense rows of `elem_bytes`-wide elements: the whole row when
@@ -342,7 +371,7 @@ static inline int64_t inner_slice(int64_t in, int64_t elem_bytes, int64_t per_ch
  * input rows at a time, each tile's accumulators kept in `spill` between slices: the same lanes
  * adding the same chunks in the same order, so no bit changes. The switch gives the tile function
  * constant sizes so its accumulators live in registers. */
-#define DEFINE_PANEL(name, isa, elem, welem, row_stride, slice, tile)                               \
+#define DEFINE_PANEL(name, isa, sfx, elem, welem, row_stride, slice, tile)                             \
     __attribute__((target(isa))) static void name(const linear_job *job, const void *w_rows,        \
                                                   int64_t n0, int64_t n1)                              \
     {                                                                                                  \
@@ -350,7 +379,7 @@ static inline int64_t inner_slice(int64_t in, int64_t elem_bytes, int64_t per_ch
         const welem *w = w_rows;                                                                       \
         const int64_t in = job->in, out = job->out, stride = (row_stride), kc = (slice);               \
         const int64_t pass = kc < in ? SPILL_ROWS : job->rows;                                         \
-        __m512 spill[SPILL_ROWS * BLOCK_ROWS];                                                         \
+        acc##sfx spill[SPILL_ROWS * BLOCK_ROWS] PARTS##sfx;                                            \
         for (int64_t nb = n0; nb < n1; nb += BLOCK_ROWS) {                                             \
             const int64_t ne = nb + BLOCK_ROWS < n1 ? nb + BLOCK_ROWS : n1;                            \
             for (int64_t mb = 0; mb < job->rows; mb += pass) {                                         \
@@ -378,9 +407,10 @@ static inline int64_t inner_slice(int64_t in, int64_t elem_bytes, int64_t per_ch
         }                                                                                              \
     }
 
-DEFINE_PANEL(panel_f32_avx512, AVX512, float, float, in, inner_slice(in, 4, LANES), tile_f32)
-DEFINE_PANEL(panel_bf16_avx512, AVX512, uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES), tile_bf16_emulated)
-DEFINE_PANEL(panel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES),
+DEFINE_PANEL(panel_f32_avx512, AVX512, 512, float, float, in, inner_slice(in, 4, LANES), tile_f32)
+DEFINE_PANEL(panel_bf16_avx512, AVX512, 512, uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES),
+             tile_bf16_emulated)
+DEFINE_PANEL(panel_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES),
              tile_bf16_native)
 
 /* Round to the nearest bfloat16, ties to even (weights are finite and never subnormal). */
@@ -395,32 +425,36 @@ __attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
 /* A tile over quantized weight rows, decoded block by block into registers: for the few input rows
  * of a decode step, where decoding dominates and a panel's store and reload would double its cost.
  * Each block is CHUNKS chunks of the dense order (float32: 2 of 16, bfloat16: 1 of 32); `weights`
- * turns a decoded block into them. */
-#define DEFINE_QTILE(name, isa, elem, chunks, load_x, weights, step, store)                         \
+ * turns a decoded block (weights 0..15 and 16..31, as parts) into their parts. */
+#define DEFINE_QTILE(name, isa, sfx, elem, chunks, load_x, weights, step, store)                       \
     __attribute__((target(isa))) TILE_INLINE void name(const linear_job *job, const elem *x,        \
                                                           const uint8_t *w, int64_t y0, int mr, int nr, \
-                                                          int64_t k0, int64_t k1, __m512 *spill)       \
+                                                          int64_t k0, int64_t k1, acc##sfx(*spill) PARTS##sfx) \
     {                                                                                                  \
         const int64_t in = job->in, block_bytes = quant_block_bytes(job->wtype);                       \
-        __m512 acc[MR][NR];                                                                            \
-        TILE_BEGIN(acc, mr, nr, k0, spill)                                                             \
+        acc##sfx acc[MR][NR] PARTS##sfx;                                                               \
+        TILE_BEGIN(sfx, acc, mr, nr, k0, spill)                                                        \
         for (int64_t b = k0 / QUANT_BLOCK; b < k1 / QUANT_BLOCK; ++b) {                                \
-            __m512i xv[MR][chunks], wv[chunks];                                                        \
+            chunk##sfx xv[MR][chunks] PARTS##sfx, wv[chunks] PARTS##sfx;                               \
             for (int i = 0; i < mr; ++i)                                                               \
                 for (int k = 0; k < (chunks); ++k)                                                     \
-                    xv[i][k] = load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks)));    \
+                    FOR_PARTS##sfx(h)                                                                  \
+                        xv[i][k] PART##sfx(h) =                                                        \
+                            load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks)), h);    \
             for (int j = 0; j < nr; ++j) {                                                             \
                 const uint8_t *block = w + j * job->row_bytes + b * block_bytes;                       \
                 _mm_prefetch((const char *)(block + 2 * nr * job->row_bytes), _MM_HINT_T0);              \
-                __m512 lo, hi;                                                                         \
-                decode_block512(job->wtype, block, &lo, &hi);                                          \
+                acc##sfx lo PARTS##sfx, hi PARTS##sfx;                                                 \
+                decode_block##sfx(job->wtype, block, &lo, &hi);                                        \
                 weights(wv, lo, hi);                                                                   \
                 for (int i = 0; i < mr; ++i)                                                           \
                     for (int k = 0; k < (chunks); ++k)                                                 \
-                        acc[i][j] = step(acc[i][j], xv[i][k], wv[k]);                                  \
+                        FOR_PARTS##sfx(h)                                                              \
+                            acc[i][j] PART##sfx(h) =                                                   \
+                                step(acc[i][j] PART##sfx(h), xv[i][k] PART##sfx(h), wv[k] PART##sfx(h)); \
             }                                                                                          \
         }                                                                                              \
-        TILE_END(job, y0, acc, mr, nr, k1, spill, store)                                               \
+        TILE_END(sfx, job, y0, acc, mr, nr, k1, spill, store)                                          \
     }
 
 #define WEIGHTS_F32(wv, lo, hi) ((wv)[0] = _mm512_castps_si512(lo), (wv)[1] = _mm512_castps_si512(hi))
@@ -428,13 +462,15 @@ __attribute__((target(AVX512))) TILE_INLINE __m256i round_bf16(__m512 v)
     ((wv)[0] = _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16(lo)), round_bf16(hi), 1))
 #define WEIGHTS_BF16_NATIVE(wv, lo, hi) ((wv)[0] = (__m512i)_mm512_cvtne2ps_pbh((hi), (lo)))
 
-DEFINE_QTILE(qtile_f32, AVX512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE_F32)
-DEFINE_QTILE(qtile_bf16_emulated, AVX512, uint16_t, 1, LOAD_16, WEIGHTS_BF16, step_bf16_emulated, store_bf16_result)
-DEFINE_QTILE(qtile_bf16_native, AVX512 ",avx512bf16", uint16_t, 1, LOAD_16, WEIGHTS_BF16_NATIVE, step_bf16_native,
+DEFINE_QTILE(qtile_f32, AVX512, 512, float, 2, LOAD_F32, WEIGHTS_F32, STEP_F32, STORE_F32)
+DEFINE_QTILE(qtile_bf16_emulated, AVX512, 512, uint16_t, 1, LOAD_16, WEIGHTS_BF16, step_bf16_emulated,
              store_bf16_result)
-DEFINE_PANEL(qpanel_f32_avx512, AVX512, float, uint8_t, job->row_bytes, in, qtile_f32)
-DEFINE_PANEL(qpanel_bf16_avx512, AVX512, uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_emulated)
-DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_native)
+DEFINE_QTILE(qtile_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, 1, LOAD_16, WEIGHTS_BF16_NATIVE,
+             step_bf16_native, store_bf16_result)
+DEFINE_PANEL(qpanel_f32_avx512, AVX512, 512, float, uint8_t, job->row_bytes, in, qtile_f32)
+DEFINE_PANEL(qpanel_bf16_avx512, AVX512, 512, uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_emulated)
+DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, uint8_t, job->row_bytes, in,
+             qtile_bf16_native)
 
 /* A column of one quantized weight row against mr (compile-time after inlining, up to DIRECT_ROWS)
  * input rows, the inputs read from memory: each block is decoded once for all of them, which for
@@ -457,7 +493,7 @@ DEFINE_PANEL(qpanel_bf16_native, AVX512 ",avx512bf16", uint16_t, uint8_t, job->r
             weights(wv, lo, hi);                                                                       \
             for (int i = 0; i < mr; ++i)                                                               \
                 for (int k = 0; k < (chunks); ++k)                                                     \
-                    acc[i] = step(acc[i], load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks))), \
+                    acc[i] = step(acc[i], load_x(x + i * in + b * QUANT_BLOCK + k * (QUANT_BLOCK / (chunks)), 0), \
                                   wv[k]);                                                              \
         }                                                                                              \
         float sums[DIRECT_ROWS];                                                                       \
@@ -498,7 +534,7 @@ DEFINE_QDIRECT(qdirect_bf16_avx512, AVX512, uint16_t, qpanel_bf16_avx512, qcolum
 DEFINE_QDIRECT(qdirect_bf16_native, AVX512 ",avx512bf16", uint16_t, qpanel_bf16_native, qcolumn_bf16_native)
 
 /* Decoders of quantized rows into dense rows, one per output format; `store` writes one block. */
-#define DEFINE_DECODE(name, isa, elem, store)                                                       \
+#define DEFINE_DECODE(name, isa, sfx, elem, store)                                                     \
     __attribute__((target(isa))) static void name(int wtype, const uint8_t *rows, int64_t row_bytes, \
                                                   int64_t count, int64_t in, void *dense)               \
     {                                                                                                  \
@@ -506,8 +542,8 @@ DEFINE_QDIRECT(qdirect_bf16_native, AVX512 ",avx512bf16", uint16_t, qpanel_bf16_
         elem *out = dense;                                                                             \
         for (int64_t r = 0; r < count; ++r)                                                            \
             for (int64_t b = 0; b < in / QUANT_BLOCK; ++b) {                                           \
-                __m512 lo, hi;                                                                         \
-                decode_block512(wtype, rows + r * row_bytes + b * block_bytes, &lo, &hi);              \
+                acc##sfx lo PARTS##sfx, hi PARTS##sfx;                                                 \
+                decode_block##sfx(wtype, rows + r * row_bytes + b * block_bytes, &lo, &hi);            \
                 store(out + r * in + b * QUANT_BLOCK, lo, hi);                                         \
             }                                                                                          \
     }
@@ -530,9 +566,9 @@ __attribute__((target(AVX512 ",avx512bf16"))) TILE_INLINE void store_block_bf16_
     _mm512_storeu_si512((void *)out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-DEFINE_DECODE(decode_f32_avx512, AVX512, float, store_block_f32)
-DEFINE_DECODE(decode_bf16_avx512, AVX512, uint16_t, store_block_bf16)
-DEFINE_DECODE(decode_bf16_native, AVX512 ",avx512bf16", uint16_t, store_block_bf16_native)
+DEFINE_DECODE(decode_f32_avx512, AVX512, 512, float, store_block_f32)
+DEFINE_DECODE(decode_bf16_avx512, AVX512, 512, uint16_t, store_block_bf16)
+DEFINE_DECODE(decode_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, store_block_bf16_native)
 
 #endif /* PAK_X86_VARIANTS */
 
