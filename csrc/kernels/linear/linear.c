@@ -9,14 +9,16 @@
  * change a result. The AVX-512 tiles sum the lanes of 16 accumulators at once, level by level of
  * the tree; a block of BLOCK_ROWS weight rows stays in L1 while every input tile passes over it, and
  * rows too long for that are summed in slices of whole chunks, the accumulators stored between
- * slices (exactly, so the order and the bits are those of one pass).
+ * slices (exactly, so the order and the bits are those of one pass). The AVX2 variants run the same
+ * tiles with each accumulator's 16 lanes in two vectors of 8, as sub-tiles that fit 16 registers.
  *
  * Block-quantized weights are decoded, a panel of rows at a time, into a dense float32 or bfloat16
  * buffer that the dense tiles then read, so they give the bits of the dense product on the decoded
  * matrix. The panel fits in the core's caches and is decoded once for every input row of the call;
  * up to DIRECT_ROWS input rows (decode steps, speculative verification) the blocks are decoded into
  * registers instead, which measured faster than a panel's store and reload: by tiles of 4 x 4 for up
- * to 4 rows, by columns of one weight row against every input row for more.
+ * to 4 rows, by columns of one weight row against every input row for more (AVX2: for one or two
+ * rows only, see below).
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -44,7 +46,7 @@
 #define SPILL_ROWS 64 /* input rows whose partial sums a panel keeps between slices */
 #define NB (4 * BLOCK_ROWS) /* weight rows per work item of the helper threads */
 #define PANEL_BYTES (96 * 1024) /* decoded weight rows a worker keeps on its stack */
-#define DIRECT_ROWS 16 /* up to this many input rows, quantized blocks are decoded in registers */
+#define DIRECT_ROWS 16 /* up to this many input rows, quantized blocks are decoded in registers (AVX-512) */
 
 /* ---------------------------------------------------------------------------------------------
  * Scalar helpers and the portable variant. */
@@ -102,7 +104,7 @@ struct linear_job {
     panel_fn panel;
     int wtype;          /* quantized weights only: */
     decode_fn decode;
-    panel_fn direct;    /* decodes into registers (few input rows), or NULL */
+    panel_fn direct;    /* decodes into registers (few enough input rows for the variant), or NULL */
     uint8_t *scratch;   /* per-worker decode buffers when a panel does not fit on the stack, else NULL */
     void (*run)(const linear_job *job, int64_t n0, int64_t n1, int worker);
 };
@@ -171,7 +173,7 @@ static void run_dense(const linear_job *job, int64_t n0, int64_t n1, int worker)
 /* Quantized weights: a panel of rows decoded into the worker's buffer, then the dense tiles. */
 static void run_quantized(const linear_job *job, int64_t n0, int64_t n1, int worker)
 {
-    if (job->direct != NULL && job->rows <= DIRECT_ROWS) {
+    if (job->direct != NULL) {
         job->direct(job, (const uint8_t *)job->w + n0 * job->row_bytes, n0, n1);
         return;
     }
@@ -570,6 +572,164 @@ DEFINE_DECODE(decode_f32_avx512, AVX512, 512, float, store_block_f32)
 DEFINE_DECODE(decode_bf16_avx512, AVX512, 512, uint16_t, store_block_bf16)
 DEFINE_DECODE(decode_bf16_native, AVX512 ",avx512bf16", 512, uint16_t, store_block_bf16_native)
 
+/* ---------------------------------------------------------------------------------------------
+ * AVX2 variants (with FMA): the tiles above on accumulators of two parts, whose fused multiply-adds
+ * round lane by lane as AVX-512's do. 16 registers cannot hold an MR x NR tile's 32 parts, so a
+ * tile runs as sub-tiles of at most SUB_ACCS accumulators, each over the whole slice on its own:
+ * every accumulator still adds the same chunks in the same order. With no 16-entry permute,
+ * quantized blocks are decoded code by code (quant_blocks.h), which costs more than on AVX-512, so
+ * only products of one or two input rows decode them in registers (the quantized tiles); from three
+ * rows on, decoding a panel once and running the dense tiles over it measured faster. */
+
+#define AVX2 "avx2,fma"
+#define SUB_ACCS 4         /* accumulators per sub-tile: 8 of the 16 registers */
+#define AVX2_DIRECT_ROWS 2 /* the most input rows whose quantized blocks are decoded in registers */
+
+typedef __m256 acc256;
+typedef __m256i chunk256; /* a part of a chunk: float32 elements 0..7 or 8..15, bfloat16 0..15 or 16..31 */
+#define PARTS256 [2]
+#define PART256(h) [h]
+#define FOR_PARTS256(h) for (int h = 0; h < 2; ++h)
+#define zero256 _mm256_setzero_ps
+
+/* As reduce_lanes512 for accumulators of two parts: (j, j + 8) adds the parts, then each level runs
+ * on whole vectors, 8 accumulators finishing in one. Lane 4b + c of final vector u then holds
+ * accumulator 8u + 2c + b. */
+__attribute__((target(AVX2))) TILE_INLINE void reduce_lanes256(__m256 (*acc)[2], int n, float *sums)
+{
+    __m256 v[n];
+    for (int k = 0; k < n; ++k)
+        v[k] = _mm256_add_ps(acc[k][0], acc[k][1]);
+    int count = n;
+    REDUCE_LEVEL(v, count, __m256, _mm256_add_ps, _mm256_permute2f128_ps(s, t, 0x20),
+                 _mm256_permute2f128_ps(s, t, 0x31));
+    REDUCE_LEVEL(v, count, __m256, _mm256_add_ps,
+                 _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(s), _mm256_castps_pd(t))),
+                 _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(s), _mm256_castps_pd(t))));
+    REDUCE_LEVEL(v, count, __m256, _mm256_add_ps, _mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                 _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+    float lanes[(n + 7) / 8 * 8];
+    for (int u = 0; u < count; ++u)
+        _mm256_storeu_ps(lanes + 8 * u, v[u]);
+    for (int k = 0; k < n; ++k)
+        sums[k] = lanes[k / 8 * 8 + 4 * (k % 2) + k % 8 / 2];
+}
+
+/* Part h of the chunk whose first `bytes` bytes are at p, the rest zeros (AVX2 masks only 32-bit
+ * elements). */
+__attribute__((target(AVX2))) TILE_INLINE __m256i load256_tail(size_t bytes, const void *p, int h)
+{
+    _Alignas(32) uint8_t padded[2 * sizeof(__m256i)] = {0};
+    memcpy(padded, p, bytes);
+    return _mm256_load_si256((const __m256i *)padded + h);
+}
+
+#define COUNT(n) (n)
+#define LOAD_256(p, h) _mm256_loadu_si256((const __m256i *)(p) + (h))
+#define LOAD_256_TAIL(n, p, h) load256_tail((size_t)(n) * sizeof *(p), (p), (h))
+#define STEP_F32_256(acc, x, w) _mm256_fmadd_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(w), (acc))
+
+__attribute__((target(AVX2))) TILE_INLINE __m256 step_bf16_256(__m256 acc, __m256i x, __m256i w)
+{
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(x, high)),
+                          _mm256_castsi256_ps(_mm256_and_si256(w, high)), acc);
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+                           _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), acc);
+}
+
+/* 16 decoded weights (two parts) rounded to bfloat16 as round_bf16 does, in order in one vector. */
+__attribute__((target(AVX2))) TILE_INLINE __m256i round_bf16_256(const __m256 *v)
+{
+    __m256i rounded[2];
+    for (int h = 0; h < 2; ++h) {
+        const __m256i bits = _mm256_castps_si256(v[h]);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        rounded[h] = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+    }
+    /* the pack works per 128-bit lane (weights 0..3, 8..11, 4..7, 12..15); the permute restores the order */
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded[0], rounded[1]), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* A decoded block as the parts of the dense order's chunks, as WEIGHTS_F32 and WEIGHTS_BF16. */
+__attribute__((target(AVX2))) TILE_INLINE void weights_f32_256(__m256i (*wv)[2], const __m256 *lo, const __m256 *hi)
+{
+    for (int h = 0; h < 2; ++h) {
+        wv[0][h] = _mm256_castps_si256(lo[h]);
+        wv[1][h] = _mm256_castps_si256(hi[h]);
+    }
+}
+
+__attribute__((target(AVX2))) TILE_INLINE void weights_bf16_256(__m256i (*wv)[2], const __m256 *lo, const __m256 *hi)
+{
+    wv[0][0] = round_bf16_256(lo);
+    wv[0][1] = round_bf16_256(hi);
+}
+
+DEFINE_TILE(subtile_f32_avx2, AVX2, 256, float, LANES, COUNT, LOAD_256, LOAD_256_TAIL, STEP_F32_256, STORE_F32)
+DEFINE_TILE(subtile_bf16_avx2, AVX2, 256, uint16_t, 2 * LANES, COUNT, LOAD_256, LOAD_256_TAIL, step_bf16_256,
+            store_bf16_result)
+DEFINE_QTILE(qsubtile_f32_avx2, AVX2, 256, float, 2, LOAD_256, weights_f32_256, STEP_F32_256, STORE_F32)
+DEFINE_QTILE(qsubtile_bf16_avx2, AVX2, 256, uint16_t, 1, LOAD_256, weights_bf16_256, step_bf16_256,
+             store_bf16_result)
+
+/* An mr x nr tile (up to MR x NR) as sub-tiles of `sub_rows` input rows (fewer at the end) by as many
+ * weight rows as SUB_ACCS accumulators allow, weight rows `w_stride` elements of w apart. The dense
+ * tiles take 2 x 2 sub-tiles (1 x 4 for a single row), which load the fewest vectors per multiply-
+ * add; the quantized tiles take every input row at once so each block is decoded once. Sub-tile
+ * (g, h) is the g-th group of input rows by the h-th group of weight rows, written out call by call
+ * rather than looped over so that every size is a constant where the sub-tile is inlined. */
+#define SPLIT_PART(part, g, h) part(job, x, w, y0, mr, nr, k0, k1, spill, g, h);
+#define DEFINE_SPLIT_TILE(name, elem, welem, w_stride, sub_rows, subtile)                              \
+    __attribute__((target(AVX2))) TILE_INLINE void name##_part(const linear_job *job, const elem *x,   \
+                                                               const welem *w, int64_t y0, int mr,     \
+                                                               int nr, int64_t k0, int64_t k1,         \
+                                                               __m256 (*spill)[2], int g, int h)       \
+    {                                                                                                  \
+        const int i = g * (sub_rows), r = mr - i < (sub_rows) ? mr - i : (sub_rows);                   \
+        const int cols = r <= 0 || r >= SUB_ACCS ? 1 : SUB_ACCS / r, j = h * cols;                     \
+        if (r > 0 && j < nr)                                                                           \
+            subtile(job, x + i * job->in, w + j * (w_stride), y0 + i * job->out + j, r,                \
+                    nr - j < cols ? nr - j : cols, k0, k1, spill + i * BLOCK_ROWS + j);                \
+    }                                                                                                  \
+    __attribute__((target(AVX2))) TILE_INLINE void name(const linear_job *job, const elem *x,          \
+                                                        const welem *w, int64_t y0, int mr, int nr,    \
+                                                        int64_t k0, int64_t k1, __m256 (*spill)[2])    \
+    {                                                                                                  \
+        _Static_assert(MR <= 2 * (sub_rows) && NR == 4, "two groups of input rows, four of weight rows"); \
+        SPLIT_PART(name##_part, 0, 0) SPLIT_PART(name##_part, 0, 1) SPLIT_PART(name##_part, 0, 2)      \
+        SPLIT_PART(name##_part, 0, 3) SPLIT_PART(name##_part, 1, 0) SPLIT_PART(name##_part, 1, 1)      \
+        SPLIT_PART(name##_part, 1, 2) SPLIT_PART(name##_part, 1, 3)                                    \
+    }
+
+DEFINE_SPLIT_TILE(tile_f32_avx2, float, float, job->in, 2, subtile_f32_avx2)
+DEFINE_SPLIT_TILE(tile_bf16_avx2, uint16_t, uint16_t, job->in, 2, subtile_bf16_avx2)
+DEFINE_SPLIT_TILE(qtile_f32_avx2, float, uint8_t, job->row_bytes, MR, qsubtile_f32_avx2)
+DEFINE_SPLIT_TILE(qtile_bf16_avx2, uint16_t, uint8_t, job->row_bytes, MR, qsubtile_bf16_avx2)
+
+DEFINE_PANEL(panel_f32_avx2, AVX2, 256, float, float, in, inner_slice(in, 4, LANES), tile_f32_avx2)
+DEFINE_PANEL(panel_bf16_avx2, AVX2, 256, uint16_t, uint16_t, in, inner_slice(in, 2, 2 * LANES), tile_bf16_avx2)
+DEFINE_PANEL(qpanel_f32_avx2, AVX2, 256, float, uint8_t, job->row_bytes, in, qtile_f32_avx2)
+DEFINE_PANEL(qpanel_bf16_avx2, AVX2, 256, uint16_t, uint8_t, job->row_bytes, in, qtile_bf16_avx2)
+
+__attribute__((target(AVX2))) TILE_INLINE void store_block_f32_256(float *out, const __m256 *lo, const __m256 *hi)
+{
+    for (int h = 0; h < 2; ++h) {
+        _mm256_storeu_ps(out + 8 * h, lo[h]);
+        _mm256_storeu_ps(out + LANES + 8 * h, hi[h]);
+    }
+}
+
+__attribute__((target(AVX2))) TILE_INLINE void store_block_bf16_256(uint16_t *out, const __m256 *lo,
+                                                                     const __m256 *hi)
+{
+    _mm256_storeu_si256((__m256i *)out, round_bf16_256(lo));
+    _mm256_storeu_si256((__m256i *)(out + LANES), round_bf16_256(hi));
+}
+
+DEFINE_DECODE(decode_f32_avx2, AVX2, 256, float, store_block_f32_256)
+DEFINE_DECODE(decode_bf16_avx2, AVX2, 256, uint16_t, store_block_bf16_256)
+
 #endif /* PAK_X86_VARIANTS */
 
 int pak_linear_bf16_native(void)
@@ -610,42 +770,32 @@ static int check_sizes(const void *x, const void *w, const void *y, int64_t rows
     return PAK_OK;
 }
 
-/* The panel function for `elem_bytes`-wide inputs on the active instruction set. */
-static panel_fn choose_panel(int elem_bytes)
-{
-#if PAK_X86_VARIANTS
-    if (pak_isa_active() == PAK_ISA_AVX512) {
-        if (elem_bytes == 4)
-            return panel_f32_avx512;
-        return pak_linear_bf16_native() ? panel_bf16_native : panel_bf16_avx512;
-    }
-#endif
-    return elem_bytes == 4 ? panel_f32_generic : panel_bf16_generic;
-}
+/* The functions a product of `elem_bytes`-wide inputs runs on the active instruction set. */
+typedef struct {
+    panel_fn panel;   /* dense weight rows */
+    decode_fn decode; /* quantized rows into dense ones */
+    panel_fn direct;  /* quantized rows decoded in registers, or NULL */
+    int direct_rows;  /* the most input rows `direct` takes (at most DIRECT_ROWS) */
+} linear_variant;
 
-static decode_fn choose_decode(int elem_bytes)
+static linear_variant choose_variant(int elem_bytes)
 {
+    const int f32 = elem_bytes == 4;
 #if PAK_X86_VARIANTS
-    if (pak_isa_active() == PAK_ISA_AVX512) {
-        if (elem_bytes == 4)
-            return decode_f32_avx512;
-        return pak_linear_bf16_native() ? decode_bf16_native : decode_bf16_avx512;
+    const int isa = pak_isa_active();
+    if (isa == PAK_ISA_AVX512) {
+        if (f32)
+            return (linear_variant){panel_f32_avx512, decode_f32_avx512, qdirect_f32_avx512, DIRECT_ROWS};
+        if (pak_linear_bf16_native())
+            return (linear_variant){panel_bf16_native, decode_bf16_native, qdirect_bf16_native, DIRECT_ROWS};
+        return (linear_variant){panel_bf16_avx512, decode_bf16_avx512, qdirect_bf16_avx512, DIRECT_ROWS};
     }
+    if (isa == PAK_ISA_AVX2 && __builtin_cpu_supports("fma")) /* else the generic code: AVX2 without FMA */
+        return f32 ? (linear_variant){panel_f32_avx2, decode_f32_avx2, qpanel_f32_avx2, AVX2_DIRECT_ROWS}
+                   : (linear_variant){panel_bf16_avx2, decode_bf16_avx2, qpanel_bf16_avx2, AVX2_DIRECT_ROWS};
 #endif
-    return elem_bytes == 4 ? decode_f32_generic : decode_bf16_generic;
-}
-
-static panel_fn choose_direct(int elem_bytes)
-{
-#if PAK_X86_VARIANTS
-    if (pak_isa_active() == PAK_ISA_AVX512) {
-        if (elem_bytes == 4)
-            return qdirect_f32_avx512;
-        return pak_linear_bf16_native() ? qdirect_bf16_native : qdirect_bf16_avx512;
-    }
-#endif
-    (void)elem_bytes;
-    return NULL;
+    return f32 ? (linear_variant){panel_f32_generic, decode_f32_generic, NULL, 0}
+               : (linear_variant){panel_bf16_generic, decode_bf16_generic, NULL, 0};
 }
 
 /* Run a dense product whose inputs are `elem_bytes` wide. */
@@ -657,7 +807,7 @@ static int linear_dense(const void *x, const void *w, void *y, int y_f32, int64_
         return rc;
     const linear_job job = {.x = x, .w = w, .y = y, .rows = rows, .out = out, .in = in, .y_f32 = y_f32,
                             .row_bytes = in * elem_bytes, .dense_row = in * elem_bytes,
-                            .panel = choose_panel(elem_bytes), .run = run_dense};
+                            .panel = choose_variant(elem_bytes).panel, .run = run_dense};
     run_job(&job, threads);
     return PAK_OK;
 }
@@ -692,10 +842,11 @@ static int linear_quantized(const void *x, const uint8_t *w, int wtype, void *y,
         return PAK_EINVAL;
     if (rows == 0 || out == 0)
         return PAK_OK;
+    const linear_variant variant = choose_variant(elem_bytes);
     linear_job job = {.x = x, .w = w, .y = y, .rows = rows, .out = out, .in = in, .y_f32 = y_f32,
-                      .row_bytes = row_bytes, .dense_row = in * elem_bytes, .panel = choose_panel(elem_bytes),
-                      .wtype = wtype, .decode = choose_decode(elem_bytes), .direct = choose_direct(elem_bytes),
-                      .run = run_quantized};
+                      .row_bytes = row_bytes, .dense_row = in * elem_bytes, .panel = variant.panel,
+                      .wtype = wtype, .decode = variant.decode, .run = run_quantized,
+                      .direct = rows <= variant.direct_rows ? variant.direct : NULL};
     if (job.dense_row > PANEL_BYTES) { /* rows too long for the stack: NR rows per worker on the heap */
         const int workers = threads < 1 ? 1 : threads > PAK_POOL_MAX_THREADS ? PAK_POOL_MAX_THREADS : threads;
         job.scratch = aligned_alloc(64, (size_t)((workers * job.dense_row * NR + 63) / 64 * 64));
