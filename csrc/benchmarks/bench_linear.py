@@ -4,7 +4,8 @@ Each shape (q/k/v fused, o_proj, gate/up fused, down) is multiplied with ``--row
 the C kernel, with float32 weights and with Q8_0 weights (random blocks), float32 inputs, on 1 and 2
 threads; ``torch.matmul`` (not batch-invariant) runs the float32 product as a peer. Prints a table of
 the fastest of --repeat rounds (each round times --calls calls; minimums resist the noise of a shared
-machine) in milliseconds and GFLOP/s, and writes JSON to --out if given.
+machine) in milliseconds and GFLOP/s, and writes JSON to --out if given. ``--isa`` runs the C kernel
+on one instruction-set variant (they give the same bits; the default is the best this CPU supports).
 
     python csrc/benchmarks/bench_linear.py --rows 190 --out results.json
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyagent_kernels
 import torch
 
 from pyagent_kernels.linear import linear
@@ -54,8 +56,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=190, help="input rows (prompt tokens)")
     parser.add_argument("--calls", type=int, default=5, help="calls per timed round")
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds; the fastest counts")
+    parser.add_argument("--isa", choices=("generic", "avx2", "avx512"), help="C kernel variant (default: the best)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
+    isa = pyagent_kernels.set_isa(args.isa)
+    print(f"C kernel: {isa}")
     gen = torch.Generator().manual_seed(0)
     results = []
     print(f"{'shape':<8} {'weights':<8} {'threads':>7} {'ms':>8} {'GFLOP/s':>8}")
@@ -79,7 +84,7 @@ def main() -> None:
                             "threads": threads, "ms": ms, "gflops": flop / ms / 1e6})
             print(f"{name:<8} {kind:<8} {threads:>7} {ms:>8.3f} {flop / ms / 1e6:>8.1f}")
     if args.out is not None:
-        args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+        args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "isa": isa,
                                         "results": results}, indent=2))
 
 

@@ -3,6 +3,9 @@ summation order, batch invariance of C and torch, and argument errors."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +20,29 @@ COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
 BACKENDS: list[Backend] = ["c", "torch"] if COMPILED else ["torch"]
 LANES = 16
+ISAS = ["generic", "avx2", "avx512"]
+SUPPORTED_ISAS = [isa for isa in ISAS if isa in pyagent_kernels.status()["isa_supported"]]
+
+
+@contextmanager
+def on_isa(isa: str) -> Iterator[None]:
+    """Run the C kernels on ``isa`` inside the block, then on the one active before."""
+    previous = pyagent_kernels.status()["isa"]
+    pyagent_kernels.set_isa(isa)
+    try:
+        yield
+    finally:
+        pyagent_kernels.set_isa(previous)
+
+
+@pytest.fixture(params=ISAS)
+def c_isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every instruction-set variant by name (overrides conftest's), skipped where the CPU or the build
+    lacks it."""
+    if request.param not in SUPPORTED_ISAS:
+        pytest.skip(f"this CPU or build cannot run the {request.param} kernels")
+    with on_isa(request.param):
+        yield request.param
 
 
 def _tree(lanes: np.ndarray) -> np.ndarray:
@@ -47,7 +73,9 @@ def _inputs(rows: int, out: int, inner: int, dtype: torch.dtype, seed: int) -> t
 
 
 SHAPES = [(1, 1, 1), (1, 7, 5), (3, 9, 37), (5, 13, 64), (4, 8, 576), (9, 130, 1000), (1, 960, 576), (33, 70, 96),
-          (70, 27, 1201)]
+          (70, 27, 1201), (2, 5, 33), (6, 14, 48)]
+# Tiles are up to 4 input rows by 4 weight rows (AVX2 runs them as sub-tiles of 2 x 2, 1 x 4, 2 x 1
+# and 1 x 1): rows and out % 4 of 1, 2 and 3 leave every smaller tile; inner % 16 (32) != 0 a tail.
 # Rows longer than a slice of the inner dimension (float32: 576, bfloat16: 1152 elements) are summed
 # slice by slice, 64 input rows at a time: 70 rows are 64 + 6 (4-row tiles and a 2-row one), 27
 # weight rows are blocks of 12, 12 and 3 (single-row tiles), and 1201 / 2410 elements end in a short
@@ -70,24 +98,23 @@ def test_float32_is_close_to_float64_and_the_same_on_every_isa(c_isa: str, rows:
     x, w = _inputs(rows, out, inner, torch.float32, seed=inner)
     got = linear(x, w, backend="c")
     torch.testing.assert_close(got.double(), x.double() @ w.double().T, atol=1e-4 * inner**0.5, rtol=1e-5)
-    pyagent_kernels.set_isa("generic")
-    try:
+    with on_isa("generic"):
         assert torch.equal(linear(x, w, backend="c"), got)
-    finally:
-        pyagent_kernels.set_isa(c_isa)
 
 
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 12), out=st.integers(1, 40), inner=st.integers(1, 140),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), threads=st.integers(1, 3),
-       backend=st.sampled_from(["c", "torch"] if COMPILED else ["torch"]))
+       backend=st.sampled_from(["c", "torch"] if COMPILED else ["torch"]),
+       isa=st.sampled_from(SUPPORTED_ISAS or ["none"]))
 def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, inner: int, dtype: torch.dtype, threads: int,
-                                               backend: str) -> None:
+                                               backend: str, isa: str) -> None:
     x, w = _inputs(rows, out, inner, dtype, seed=rows + out + inner)
-    batched = linear(x, w, threads=threads, backend=backend)  # type: ignore[arg-type]
-    for row in range(rows):
-        alone = linear(x[row : row + 1], w, threads=1, backend=backend)  # type: ignore[arg-type]
-        assert torch.equal(alone[0], batched[row])
+    with on_isa(isa) if backend == "c" else nullcontext():  # the instruction set of the C kernel
+        batched = linear(x, w, threads=threads, backend=backend)  # type: ignore[arg-type]
+        for row in range(rows):
+            alone = linear(x[row : row + 1], w, threads=1, backend=backend)  # type: ignore[arg-type]
+            assert torch.equal(alone[0], batched[row])
 
 
 @needs_c

@@ -1,8 +1,12 @@
 """linear with block-quantized weights: QuantizedWeight's values against the gguf package's own
 dequantization, and the C kernel (every ISA variant, register and panel paths, stack and heap
-buffers, any thread count) bit-identical to the dense product with those values."""
+buffers, any thread count) bit-identical to the dense product with those values and to the generic
+variant."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -21,6 +25,29 @@ needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="p
 GGML_TYPES = {"q4_0": GGMLQuantizationType.Q4_0, "q4_1": GGMLQuantizationType.Q4_1,
               "q8_0": GGMLQuantizationType.Q8_0}
 DTYPES = [torch.float32, torch.bfloat16]
+ISAS = ["generic", "avx2", "avx512"]
+SUPPORTED_ISAS = [isa for isa in ISAS if isa in pyagent_kernels.status()["isa_supported"]]
+
+
+@contextmanager
+def on_isa(isa: str) -> Iterator[None]:
+    """Run the C kernels on ``isa`` inside the block, then on the one active before."""
+    previous = pyagent_kernels.status()["isa"]
+    pyagent_kernels.set_isa(isa)
+    try:
+        yield
+    finally:
+        pyagent_kernels.set_isa(previous)
+
+
+@pytest.fixture(params=ISAS)
+def c_isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every instruction-set variant by name (overrides conftest's), skipped where the CPU or the build
+    lacks it."""
+    if request.param not in SUPPORTED_ISAS:
+        pytest.skip(f"this CPU or build cannot run the {request.param} kernels")
+    with on_isa(request.param):
+        yield request.param
 
 
 def gguf_blocks(fmt: str, out: int, inner: int, seed: int) -> np.ndarray:
@@ -62,12 +89,13 @@ def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
     assert torch.equal(weight.dequantize(), torch.from_numpy(dequantize(blocks, GGML_TYPES[fmt]).reshape(5, 64)))
 
 
-# rows <= 4 decode into registers in 4 x 4 tiles, 5 to 16 rows in columns of every row, more rows
-# decode panels; out % 4 != 0 leaves single-row tiles; out > 48 splits the work into chunks for the
-# helper threads; rows over 576 float32 (1152 bfloat16) weights are summed in slices, 64 input rows
-# at a time.
-SHAPES = [(1, 1, 32), (1, 7, 96), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536), (16, 5, 64), (17, 3, 96),
-          (33, 6, 160), (70, 27, 1216)]
+# AVX-512: rows <= 4 decode into registers in 4 x 4 tiles, 5 to 16 rows in columns of every row,
+# more rows decode panels; AVX2: 1 or 2 rows decode into registers (sub-tiles of 1 x 4 and 2 x 2
+# weight rows), more rows decode panels; out % 4 != 0 leaves single-row tiles; out > 48 splits the
+# work into chunks for the helper threads; rows over 576 float32 (1152 bfloat16) weights are summed in
+# slices, 64 input rows at a time.
+SHAPES = [(1, 1, 32), (1, 7, 96), (2, 11, 96), (2, 6, 1216), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536),
+          (16, 5, 64), (17, 3, 96), (33, 6, 160), (70, 27, 1216)]
 
 
 @needs_c
@@ -82,9 +110,11 @@ def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: i
         batched = linear(x, weight, backend="c")
         assert torch.equal(batched, linear(x, dense, backend="c")), (c_isa, dtype)
         assert torch.equal(batched[rows - 1], linear(x[rows - 1 :], weight, backend="c")[0]), (c_isa, dtype)
+        sums = linear(x, weight, out_dtype=torch.float32, backend="c")
         if dtype == torch.bfloat16:
-            assert torch.equal(linear(x, weight, out_dtype=torch.float32, backend="c"),
-                               linear(x, dense, out_dtype=torch.float32, backend="c"))
+            assert torch.equal(sums, linear(x, dense, out_dtype=torch.float32, backend="c"))
+        with on_isa("generic"):
+            assert torch.equal(sums, linear(x, weight, out_dtype=torch.float32, backend="c")), (c_isa, dtype)
 
 
 @needs_c
@@ -102,14 +132,17 @@ def test_rows_longer_than_the_stack_panel(dtype: torch.dtype) -> None:
 @needs_c
 @settings(max_examples=30, deadline=None)
 @given(rows=st.integers(1, 10), out=st.integers(1, 150), blocks=st.integers(1, 6), threads=st.integers(1, 3),
-       fmt=st.sampled_from(sorted(FORMATS)), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+       fmt=st.sampled_from(sorted(FORMATS)), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16),
+       isa=st.sampled_from(SUPPORTED_ISAS or ["none"]))
 def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int, threads: int, fmt: str,
-                                              dtype: torch.dtype, seed: int) -> None:
+                                              dtype: torch.dtype, seed: int, isa: str) -> None:
     weight, reference = weight_and_reference(fmt, out, 32 * blocks, seed)
     x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed)).to(dtype)
-    batched = linear(x, weight, threads=threads, backend="c")
-    assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
-    assert torch.equal(batched[rows - 1], linear(x[rows - 1 :], weight, threads=1, backend="c")[0])
+    with on_isa(isa):
+        batched = linear(x, weight, threads=threads, backend="c")
+        assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
+        for row in range(rows):
+            assert torch.equal(batched[row], linear(x[row : row + 1], weight, threads=1, backend="c")[0]), row
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -3,8 +3,9 @@
  * Every decoder computes the gguf package's float32 values: one rounding per multiply and per add
  * (the build compiles with -ffp-contract=off, so no multiply-add is fused). A block holds
  * QUANT_BLOCK weights; the AVX-512 decoder returns them as two vectors of 16 (weights 0..15 and
- * 16..31), the scalar one fills an array. A 4-bit block has only 16 distinct weights, so the
- * AVX-512 decoder computes those 16 once and looks each weight up by its 4-bit code.
+ * 16..31), the AVX2 one as two pairs of vectors of 8, the scalar one fills an array. A 4-bit block
+ * has only 16 distinct weights, so the AVX-512 decoder computes those 16 once and looks each weight
+ * up by its 4-bit code; AVX2 has no 16-entry permute, so its decoder converts every code.
  */
 #ifndef PAK_LINEAR_QUANT_BLOCKS_H
 #define PAK_LINEAR_QUANT_BLOCKS_H
@@ -88,6 +89,37 @@ decode_block512(int wtype, const uint8_t *block, __m512 *lo, __m512 *hi)
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(block + quant_codes_offset(wtype))));
     *lo = _mm512_permutexvar_ps(bytes, table);
     *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+}
+
+#define QUANT_AVX2 "avx2,fma"
+
+/* One block of `wtype` as weights 0..7, 8..15 (*lo) and 16..23, 24..31 (*hi): each code widened to
+ * a signed 32-bit integer (4-bit codes: the low halves of the bytes, then the high halves; Q4_0's
+ * minus 8 exactly, in bytes) and converted exactly, then scaled (and shifted) as above. */
+__attribute__((target(QUANT_AVX2))) static inline __attribute__((always_inline)) void
+decode_block256(int wtype, const uint8_t *block, __m256 (*lo)[2], __m256 (*hi)[2])
+{
+    const __m256 d = _mm256_set1_ps(load_f32(block));
+    const __m128i *bytes = (const __m128i *)(block + quant_codes_offset(wtype));
+    __m128i codes[2]; /* weights 0..15 and 16..31 as signed bytes */
+    if (wtype == PAK_WEIGHT_Q8_0) {
+        codes[0] = _mm_loadu_si128(bytes);
+        codes[1] = _mm_loadu_si128(bytes + 1);
+    } else {
+        const __m128i packed = _mm_loadu_si128(bytes), low4 = _mm_set1_epi8(0xf);
+        codes[0] = _mm_and_si128(packed, low4);
+        codes[1] = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+        if (wtype == PAK_WEIGHT_Q4_0)
+            for (int h = 0; h < 2; ++h)
+                codes[h] = _mm_sub_epi8(codes[h], _mm_set1_epi8(8));
+    }
+    for (int k = 0; k < 4; ++k) {
+        const __m128i eight = k % 2 == 0 ? codes[k / 2] : _mm_srli_si128(codes[k / 2], 8);
+        __m256 weight = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)), d);
+        if (wtype == PAK_WEIGHT_Q4_1)
+            weight = _mm256_add_ps(weight, _mm256_set1_ps(load_f32(block + 4)));
+        (*(k < 2 ? lo : hi))[k % 2] = weight;
+    }
 }
 #endif /* PAK_X86_VARIANTS */
 
