@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyagent_kernels
 import torch
 
+import pyagent_kernels
 from pyagent_kernels.linear import linear
 from pyagent_kernels.quantized import QuantizedWeight
 
