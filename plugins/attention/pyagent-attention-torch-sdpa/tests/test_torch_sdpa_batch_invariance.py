@@ -1,7 +1,8 @@
 """A decode step's output for one sequence is the same bits alone as batched with 15 others.
 
-The batch mixes short and long sequences (up to three of the CPU SDPA kernel's 512-key blocks), so
-padding a short sequence to the longest one adds whole masked key blocks to it.
+The batch mixes short and long sequences (up to three of the CPU SDPA kernel's 512-key blocks). This
+held on AVX-512 hosts with padded batched calls and failed on an AVX2-only host; the backend now
+gives each decode sequence its own call, which this checks on every host.
 """
 
 from __future__ import annotations

@@ -4,20 +4,21 @@ Keys and values are gathered token by token through the block tables (one ``inde
 tensor for the whole batch), so only positions below a sequence's length are ever read. Two paths:
 
 - **decode** (one new token per sequence): every sequence's keys/values go into one padded
-  ``[num_seqs, kv_heads, length, head_size]`` tensor and one SDPA call attends for the whole batch,
-  with a key-padding mask. Positions past a sequence's end repeat its last token, so the padding is
-  finite and masked. The query heads of each key/value head form the query rows of that head
-  (``[num_seqs, kv_heads, group, head_size]``), so grouped-query attention needs no copies.
+  ``[num_seqs, kv_heads, length, head_size]`` tensor. With ``batch_invariant`` off, one SDPA call
+  attends for the whole batch, with a key-padding mask (positions past a sequence's end repeat its
+  last token, so the padding is finite and masked). With it on, each sequence gets its own SDPA
+  call over exactly its own keys. The query heads of each key/value head form the query rows of
+  that head (``[num_seqs, kv_heads, group, head_size]``), so grouped-query attention needs no copies.
 - **prefill** (several new tokens: prefill, chunked prefill, draft trees): one SDPA call per
   sequence over its own keys/values, with a causal mask offset by its cached context, or the tree
   mask. Single-token sequences of a mixed batch still take the decode path, so a decode step gives
   the same bits whatever else shares its batch.
 
-Batch invariance: torch's CPU SDPA kernel walks keys in blocks of :data:`SDPA_KEY_BLOCK` and reduces
-each block with a vectorised softmax sum and a matrix product whose rounding can depend on the
-block's length. Masked keys add exact zeros, so a sequence's output is the same bits alone or
-batched when the padded length leaves the blocks that hold its keys alike;
-:data:`INVARIANT_KEY_MULTIPLE` gives that padding.
+Batch invariance: how torch's SDPA kernel blocks, splits and rounds a padded batch differs between
+CPUs, BLAS builds and versions (padding to whole 512-key blocks kept outputs the same on AVX-512
+hosts and did not on an AVX2-only Zen 1 host). So the backend does not rely on it: with
+``batch_invariant`` on, a decode sequence's output comes from a call whose every input and shape
+are the sequence's own, the same call alone or in any batch, whatever the kernel does inside.
 """
 
 from __future__ import annotations
@@ -31,22 +32,6 @@ import torch.nn.functional as F
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 
-SDPA_KEY_BLOCK = 512
-"""Keys per block of torch's CPU SDPA kernel (it reduces ``min(512, key length)`` keys at a time)."""
-
-INVARIANT_KEY_MULTIPLE: dict[torch.dtype, int] = {torch.bfloat16: 16, torch.float32: SDPA_KEY_BLOCK}
-"""Decode key lengths are padded to a multiple of this with ``batch_invariant`` on (others: 512).
-
-Measured with torch 2.13 on x86-64 (AVX-512, MKL): bfloat16 is invariant from a multiple of 16 on
-(8 is not); float32 from 256 on (128 is not; the product over a block's keys appears to be split
-differently once a block exceeds about 400 keys). 512, whole kernel blocks, keeps every block that
-holds a sequence's keys the same product on the same data, whatever the BLAS does inside one.
-"""
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
 
 def _slots(block_tables: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
     """Cache slots of token ``positions`` of the sequences in block-table ``rows`` (broadcast together)."""
@@ -58,9 +43,9 @@ class TorchSdpaAttention(AttentionBackend):
     """Paged attention through torch's SDPA: one batched call for decode, one per prefilling sequence.
 
     Options:
-        batch_invariant: pad decode keys to a multiple of :data:`INVARIANT_KEY_MULTIPLE` so that a
-            sequence's output does not depend on the other sequences of its batch. Off, keys are
-            padded only to the batch's longest sequence.
+        batch_invariant: attend for each decode sequence in its own call over exactly its keys, so
+            that its output does not depend on the other sequences of its batch. Off, one call
+            attends for the whole batch, keys padded to its longest sequence.
     """
 
     def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
@@ -117,8 +102,14 @@ class TorchSdpaAttention(AttentionBackend):
                 ``None`` for yes.
         """
         num_seqs = q.shape[0]
-        multiple = INVARIANT_KEY_MULTIPLE.get(q.dtype, SDPA_KEY_BLOCK) if self.batch_invariant else 1
-        length = _round_up(max_seq_len, multiple)
+        if self.batch_invariant and num_seqs > 1:
+            lens = seq_lens.tolist()
+            return torch.cat([
+                self._decode(q[s:s + 1], flat, block_size, block_tables[s:s + 1], seq_lens[s:s + 1], lens[s],
+                             None if own_token is None else own_token[s:s + 1])
+                for s in range(num_seqs)
+            ])
+        length = max_seq_len
         positions = torch.arange(length, device=q.device)
         lens = seq_lens.long().unsqueeze(1)
         rows = torch.arange(num_seqs, device=q.device).unsqueeze(1)

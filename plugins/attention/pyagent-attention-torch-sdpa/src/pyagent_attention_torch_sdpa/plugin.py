@@ -11,17 +11,18 @@ SPEC = AttentionSpec(
     impl="pyagent_attention_torch_sdpa.backend:TorchSdpaAttention",
     summary="Reference: gathers keys/values from the paged cache and calls torch's scaled_dot_product_attention.",
     description=(
-        "Writes the new keys/values with index_copy_ on a flat view of the cache. A batch of decode "
-        "steps (one new token per sequence) becomes one SDPA call over a padded key tensor with a "
-        "key-padding mask; sequences with several new tokens (prefill, chunked prefill, draft trees) "
+        "Writes the new keys/values with index_copy_ on a flat view of the cache. Decode steps (one "
+        "new token per sequence) get one SDPA call each with batch_invariant on, else one call for the "
+        "batch over a padded key tensor with a key-padding mask; sequences with several new tokens "
+        "(prefill, chunked prefill, draft trees) "
         "get one SDPA call each with a causal or tree mask. Any head size and block size."
     ),
     priority=10,
     options={"batch_invariant": OptionSpec(
         type=bool, default=True,
         help=(
-            "pad the decode key length so that a sequence's output is bitwise the same alone or in any "
-            "batch (costs float32 decode time when sequences are short)"
+            "attend for each decode sequence in its own call, so that its output is bitwise the same "
+            "alone or in any batch (costs decode time in large batches)"
         ),
     )},
     requires=("torch",),
