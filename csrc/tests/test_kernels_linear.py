@@ -3,8 +3,7 @@ summation order, batch invariance of C and torch, and argument errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -20,29 +19,7 @@ COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
 BACKENDS: list[Backend] = ["c", "torch"] if COMPILED else ["torch"]
 LANES = 16
-ISAS = ["generic", "avx2", "avx512"]
-SUPPORTED_ISAS = [isa for isa in ISAS if isa in pyagent_kernels.status()["isa_supported"]]
-
-
-@contextmanager
-def on_isa(isa: str) -> Iterator[None]:
-    """Run the C kernels on ``isa`` inside the block, then on the one active before."""
-    previous = pyagent_kernels.status()["isa"]
-    pyagent_kernels.set_isa(isa)
-    try:
-        yield
-    finally:
-        pyagent_kernels.set_isa(previous)
-
-
-@pytest.fixture(params=ISAS)
-def c_isa(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every instruction-set variant by name (overrides conftest's), skipped where the CPU or the build
-    lacks it."""
-    if request.param not in SUPPORTED_ISAS:
-        pytest.skip(f"this CPU or build cannot run the {request.param} kernels")
-    with on_isa(request.param):
-        yield request.param
+SUPPORTED_ISAS = pyagent_kernels.status()["isa_supported"]
 
 
 def _tree(lanes: np.ndarray) -> np.ndarray:
@@ -98,7 +75,7 @@ def test_float32_is_close_to_float64_and_the_same_on_every_isa(c_isa: str, rows:
     x, w = _inputs(rows, out, inner, torch.float32, seed=inner)
     got = linear(x, w, backend="c")
     torch.testing.assert_close(got.double(), x.double() @ w.double().T, atol=1e-4 * inner**0.5, rtol=1e-5)
-    with on_isa("generic"):
+    with pyagent_kernels.using_isa("generic"):
         assert torch.equal(linear(x, w, backend="c"), got)
 
 
@@ -110,7 +87,7 @@ def test_float32_is_close_to_float64_and_the_same_on_every_isa(c_isa: str, rows:
 def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, inner: int, dtype: torch.dtype, threads: int,
                                                backend: str, isa: str) -> None:
     x, w = _inputs(rows, out, inner, dtype, seed=rows + out + inner)
-    with on_isa(isa) if backend == "c" else nullcontext():  # the instruction set of the C kernel
+    with pyagent_kernels.using_isa(isa) if backend == "c" else nullcontext():  # the instruction set of the C kernel
         batched = linear(x, w, threads=threads, backend=backend)  # type: ignore[arg-type]
         for row in range(rows):
             alone = linear(x[row : row + 1], w, threads=1, backend=backend)  # type: ignore[arg-type]

@@ -5,9 +5,6 @@ variant."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 import torch
@@ -25,29 +22,7 @@ needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="p
 GGML_TYPES = {"q4_0": GGMLQuantizationType.Q4_0, "q4_1": GGMLQuantizationType.Q4_1,
               "q8_0": GGMLQuantizationType.Q8_0}
 DTYPES = [torch.float32, torch.bfloat16]
-ISAS = ["generic", "avx2", "avx512"]
-SUPPORTED_ISAS = [isa for isa in ISAS if isa in pyagent_kernels.status()["isa_supported"]]
-
-
-@contextmanager
-def on_isa(isa: str) -> Iterator[None]:
-    """Run the C kernels on ``isa`` inside the block, then on the one active before."""
-    previous = pyagent_kernels.status()["isa"]
-    pyagent_kernels.set_isa(isa)
-    try:
-        yield
-    finally:
-        pyagent_kernels.set_isa(previous)
-
-
-@pytest.fixture(params=ISAS)
-def c_isa(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every instruction-set variant by name (overrides conftest's), skipped where the CPU or the build
-    lacks it."""
-    if request.param not in SUPPORTED_ISAS:
-        pytest.skip(f"this CPU or build cannot run the {request.param} kernels")
-    with on_isa(request.param):
-        yield request.param
+SUPPORTED_ISAS = pyagent_kernels.status()["isa_supported"]
 
 
 def gguf_blocks(fmt: str, out: int, inner: int, seed: int) -> np.ndarray:
@@ -113,7 +88,7 @@ def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: i
         sums = linear(x, weight, out_dtype=torch.float32, backend="c")
         if dtype == torch.bfloat16:
             assert torch.equal(sums, linear(x, dense, out_dtype=torch.float32, backend="c"))
-        with on_isa("generic"):
+        with pyagent_kernels.using_isa("generic"):
             assert torch.equal(sums, linear(x, weight, out_dtype=torch.float32, backend="c")), (c_isa, dtype)
 
 
@@ -138,7 +113,7 @@ def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int,
                                               dtype: torch.dtype, seed: int, isa: str) -> None:
     weight, reference = weight_and_reference(fmt, out, 32 * blocks, seed)
     x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed)).to(dtype)
-    with on_isa(isa):
+    with pyagent_kernels.using_isa(isa):
         batched = linear(x, weight, threads=threads, backend="c")
         assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
         for row in range(rows):

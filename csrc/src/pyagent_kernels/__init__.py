@@ -10,7 +10,15 @@ Importing this package does not import torch; :func:`status` reports whether the
 extension ``pyagent_kernels._C`` is available and which instruction set it uses.
 """
 
-from pyagent_kernels._extension import Backend, KernelStatus, PreparedCall, run_prepared, set_isa, status
+from pyagent_kernels._extension import (
+    Backend,
+    KernelStatus,
+    PreparedCall,
+    run_prepared,
+    set_isa,
+    status,
+    using_isa,
+)
 from pyagent_kernels.errors import (
     KernelArgumentError,
     KernelError,
@@ -32,4 +40,5 @@ __all__ = [
     "run_prepared",
     "set_isa",
     "status",
+    "using_isa",
 ]

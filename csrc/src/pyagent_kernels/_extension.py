@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import importlib
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, TypedDict
 
 from pyagent_kernels.errors import (
@@ -177,6 +178,18 @@ def set_isa(name: str | None = None) -> str:
     check_status(rc, "set_isa")
     active: int = lib.pak_isa_active()
     return names[active]
+
+
+@contextmanager
+def using_isa(name: str) -> Iterator[str]:
+    """Run the C kernels on instruction set ``name`` inside the ``with`` block (see :func:`set_isa`),
+    then on the one active before; yields the name now active."""
+    previous = status()["isa"]
+    active = set_isa(name)
+    try:
+        yield active
+    finally:
+        set_isa(previous)
 
 
 class KernelStatus(TypedDict):
