@@ -15,7 +15,9 @@ order string like ``"penalties,top_k,top_p,min_p,temperature"``, as for ``pyagen
 
 Each row of ``input_ids`` is one pyagent request: the ids at the first call are its prompt, and every
 later call's last column is its newest output token, so history-based processors (penalties, DRY,
-no-repeat-ngram...) see exactly what they would in the engine. When the rows do not continue the
+no-repeat-ngram...) see exactly what they would in the engine. For a left-padded batch pass the
+``attention_mask`` you give ``generate()``: a row's padding is then left out of its prompt, as
+transformers' own repetition penalty leaves it out (without it, padding counts as prompt tokens). When the rows do not continue the
 previous call's rows (a new ``generate()``, or beam search reordering them), the state starts afresh
 from the current ids. This module imports transformers only for the base class.
 """
@@ -49,6 +51,10 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
             per row of the batch.
         options: engine-level options per processor name (``{"penalties": {"backend": "torch"}}``).
         registry: where processors are looked up (default: the installed plugins).
+        attention_mask: the ``attention_mask`` of the batch given to ``generate()``: positions before a
+            row's first non-zero are padding, left out of that row's prompt. Its rows are repeated to
+            match ``input_ids`` when ``generate()`` expands the batch (``num_beams``,
+            ``num_return_sequences``).
 
     Raises:
         pyagent_core.errors.SelectionError: an unknown or unavailable processor (when constructed).
@@ -56,7 +62,8 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
     """
 
     def __init__(self, processors: str | Sequence[str], params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
-                 options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None) -> None:
+                 options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
+                 attention_mask: torch.Tensor | None = None) -> None:
         self.registry = registry or get_registry()
         self.names = _names(processors)
         self.selections = [self.registry.select(SAMPLER, name, (options or {}).get(name)) for name in self.names]
@@ -65,6 +72,7 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
             raise ValueError(f"{selectors[0]!r} is a token selector; transformers chooses the token, so pass "
                              "logits processors only")
         self.params = params
+        self.attention_mask = None if attention_mask is None else attention_mask.detach().cpu()
         self._processors: list[LogitsProcessor] = []
         self._vocab = -1
         self._outputs: list[list[int]] = []
@@ -78,6 +86,18 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
                              "pass one mapping per row, or a single mapping for every row")
         return list(self.params)
 
+    def _prompt_starts(self, rows: int) -> list[int]:
+        """Where each row's prompt starts: after its left padding, per the attention mask."""
+        if self.attention_mask is None:
+            return [0] * rows
+        mask_rows = int(self.attention_mask.shape[0])
+        if rows % mask_rows:
+            raise ValueError(f"attention_mask has {mask_rows} rows but input_ids has {rows}; pass the mask "
+                             "given to generate()")
+        mask = self.attention_mask.repeat_interleave(rows // mask_rows, dim=0)
+        starts: list[int] = (mask != 0).int().argmax(dim=1).tolist()
+        return starts
+
     def _start(self, input_ids: torch.Tensor, vocab: int) -> None:
         """Build the processors (once per vocabulary size) and add every row as a new request."""
         if vocab != self._vocab:
@@ -89,7 +109,8 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
                 processor.update_state(BatchUpdate(0, removed=tuple(range(len(self._outputs)))))
         rows = int(input_ids.shape[0])
         self._outputs = [[] for _ in range(rows)]
-        added = tuple(AddedRequest(r, dict(p), input_ids[r].tolist(), self._outputs[r])
+        starts = self._prompt_starts(rows)
+        added = tuple(AddedRequest(r, dict(p), input_ids[r, starts[r]:].tolist(), self._outputs[r])
                       for r, p in enumerate(self._row_params(rows)))
         for processor in self._processors:
             processor.update_state(BatchUpdate(rows, added=added))
