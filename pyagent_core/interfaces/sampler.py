@@ -11,7 +11,8 @@ unset. Rows whose parameter disables a processor must come out unchanged.
 
 Every sampler is built the same way, ``cls(options, context)``: ``options`` are its validated
 engine-level options (defaults filled in) and ``context`` a :class:`SamplerContext` (the model's
-vocabulary size and end-of-sequence ids).
+vocabulary size and end-of-sequence ids, and, where the host has one, its tokenizer for samplers
+whose parameters hold text).
 
 What the engine needs beyond this interface is declared, never assumed from a name: the default
 position of a processor in the chain comes from its spec (``SamplerSpec.stage`` and ``position``),
@@ -32,6 +33,8 @@ from pyagent_core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
+
+    from pyagent_core.interfaces.grammar import TokenizerInfo
 
 
 @attrs.frozen
@@ -136,6 +139,10 @@ def _to_token_ids(value: Any) -> tuple[int, ...]:
 class SamplerContext:
     """What a sampler is built for: the model's side of the contract, fixed for the sampler's life.
 
+    Token ids are what samplers work on; a sampler whose parameters hold text (DRY's sequence
+    breakers are strings in llama.cpp) turns the text into token ids itself, with
+    :attr:`tokenizer_info` when the host gives one.
+
     Raises :class:`~pyagent_core.errors.ConfigError` for a vocabulary size that is not a positive
     int or end-of-sequence ids that are not non-negative ints.
     """
@@ -147,6 +154,15 @@ class SamplerContext:
     """The model's end-of-sequence token ids (empty when unknown). Requests also carry the ids that
     end them in their ``eos_token_ids`` parameter (with their stop tokens, and none when they ignore
     end of sequence); a processor that needs the model's own ids reads them here."""
+
+    tokenizer_info: Callable[[], TokenizerInfo] | None = attrs.field(default=None, eq=False, kw_only=True)
+    """Where the host has the model's tokenizer: a function returning it as a
+    :class:`~pyagent_core.interfaces.grammar.TokenizerInfo` (the bytes of every token id, and
+    ``encode`` for text). The host builds the record on the first call (it decodes the whole
+    vocabulary) and returns the same one afterwards, so call it only when a request needs it; it
+    raises with the reason when the tokenizer cannot be described. ``None``: the host has no
+    tokenizer (the conformance kit, a bare ``SamplerContext(vocab_size)``); a sampler then refuses
+    text parameters with a message that says to pass token ids."""
 
 
 class Sampler:

@@ -136,7 +136,7 @@ class Engine:
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
                                    self.config.max_num_batched_tokens, self.config.schedule)
         self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers, sampler_options,
-                                    model_config.eos_token_ids)
+                                    model_config.eos_token_ids, lambda: self.structured.tokenizer_info)
         self.speculative = None if speculative is None else SpeculativeDecoder(
             self.registry, speculative, model_config.vocab_size, model_config.max_position_embeddings,
             target=loaded, attention=self.attention_selection)

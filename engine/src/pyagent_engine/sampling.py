@@ -12,12 +12,13 @@ names no processor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from pyagent_core.errors import RequestError, SelectionError, UnknownBackendError
+from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.sampler import (
     AddedRequest,
     BatchUpdate,
@@ -124,11 +125,15 @@ class SamplerChain:
         options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``), validated against its schema.
         eos_token_ids: the model's end-of-sequence ids: the samplers' :class:`SamplerContext` holds them,
             and requests get them as their ``eos_token_ids`` parameter.
+        tokenizer_info: the model's tokenizer for samplers whose parameters hold text (DRY's string
+            sequence breakers), built on its first call: the samplers' context holds it (see
+            :attr:`SamplerContext.tokenizer_info`); ``None``: such samplers take token ids only.
     """
 
     def __init__(self, registry: Registry, vocab_size: int, processors: str | Sequence[str] | None = None,
                  options: Mapping[str, Mapping[str, Any]] | None = None,
-                 eos_token_ids: Sequence[int] = ()) -> None:
+                 eos_token_ids: Sequence[int] = (),
+                 tokenizer_info: Callable[[], TokenizerInfo] | None = None) -> None:
         known = {b.name for b in registry.backends(SAMPLER) if not b.spec.selects_token}
         self.skipped: tuple[str, ...] = ()  # staged processors left out of the default chain: unavailable
         if processors is None:
@@ -149,7 +154,7 @@ class SamplerChain:
                                  f"({','.join(names) or 'no processors'}); add it to the sampler order")
         self.selections = [registry.select(SAMPLER, name, options.get(name))
                            for name in (*names, GREEDY, RANDOM)]
-        self.context = SamplerContext(vocab_size, tuple(eos_token_ids))
+        self.context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
         built = [registry.load(s.backend)(s.options, self.context) for s in self.selections]
         self.processors: list[LogitsProcessor] = [p for p in built[:-2] if isinstance(p, LogitsProcessor)]
         self.greedy, self.random = built[-2], built[-1]

@@ -35,6 +35,43 @@ def _sequences(texts: list[str]) -> list[list[int]]:
     return [_ids(text) for text in texts]
 
 
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
+
+
+def _unescape(text: str) -> str:
+    r"""``\n``, ``\r``, ``\t``, ``\\``, ``\'``, ``\"`` and ``\xHH`` as the characters they
+    stand for (as llama.cpp reads its string flags); any other backslash stays as written."""
+    out, i = [], 0
+    while i < len(text):
+        char, following = text[i], text[i + 1:i + 2]
+        if char == "\\" and following in _ESCAPES:
+            out.append(_ESCAPES[following])
+            i += 2
+        elif char == "\\" and following == "x" and _is_hex(text[i + 2:i + 4]):
+            out.append(chr(int(text[i + 2:i + 4], 16)))
+            i += 4
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def _is_hex(digits: str) -> bool:
+    return len(digits) == 2 and all(d in "0123456789abcdefABCDEF" for d in digits)
+
+
+def _breakers(texts: list[str]) -> list[str]:
+    """The breaker strings with their escapes read (``\\n`` typed is a newline); ``none`` alone is no
+    breakers (``[]``)."""
+    if texts == ["none"]:
+        return []
+    breakers = [_unescape(text) for text in texts]
+    if "" in breakers or "none" in texts:
+        raise OptionError(f"--dry-sequence-breakers takes non-empty strings, or 'none' alone for no breakers; "
+                          f"got {texts!r}")
+    return breakers
+
+
 def _bias(texts: list[str]) -> dict[int, float]:
     """``["15=-5", "42=2.5"]`` -> ``{15: -5.0, 42: 2.5}``."""
     out = {}
@@ -78,8 +115,9 @@ SAMPLER_FLAGS: tuple[SamplerFlag, ...] = (
     SamplerFlag("dry_base", float, "DRY penalty growth per repeated token, >= 1."),
     SamplerFlag("dry_allowed_length", int, "Repeats up to this long are not penalised by DRY, >= 1."),
     SamplerFlag("dry_penalty_last_n", int, "Tokens of context DRY scans, >= -1 (-1: all, 0: off)."),
-    SamplerFlag("dry_sequence_breakers", str, "DRY sequence breaker as token ids, e.g. 198 or 25,220 (repeatable).",
-                _sequences, repeatable=True),
+    SamplerFlag("dry_sequence_breakers", str,
+                "DRY sequence breaker string, escapes such as \\n read (repeatable; replaces the default "
+                "'\\n' ':' '\"' '*'; 'none': no breakers).", _breakers, repeatable=True),
     SamplerFlag("xtc_probability", float, "Chance per step that XTC removes the top choices, in [0, 1] (0: off)."),
     SamplerFlag("xtc_threshold", float, "Probability from which XTC counts a token as a top choice, in [0, 1]."),
     SamplerFlag("mirostat", int, "Mirostat version: 0 (off), 1 or 2."),

@@ -17,9 +17,10 @@ Each row of ``input_ids`` is one pyagent request: the ids at the first call are 
 later call's last column is its newest output token, so history-based processors (penalties, DRY,
 no-repeat-ngram...) see exactly what they would in the engine. For a left-padded batch pass the
 ``attention_mask`` you give ``generate()``: a row's padding is then left out of its prompt, as
-transformers' own repetition penalty leaves it out (without it, padding counts as prompt tokens). When the rows do not continue the
-previous call's rows (a new ``generate()``, or beam search reordering them), the state starts afresh
-from the current ids. This module imports transformers only for the base class.
+transformers' own repetition penalty leaves it out (without it, padding counts as prompt tokens).
+When the rows do not continue the previous call's rows (a new ``generate()``, or beam search
+reordering them), the state starts afresh from the current ids. This module imports transformers
+only for the base class.
 """
 
 from __future__ import annotations

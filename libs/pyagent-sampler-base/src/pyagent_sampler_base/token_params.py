@@ -42,19 +42,46 @@ class TokenIdsParam:
 
 @attrs.frozen
 class TokenSequencesParam:
-    """A list of non-empty token id sequences (``bad_words_ids``, ``dry_sequence_breakers``)."""
+    """A list of non-empty token id sequences (``bad_words_ids``, ``dry_sequence_breakers``).
+
+    With ``text=True`` an item may also be a non-empty string, which the sampler turns into token
+    ids itself (with the tokenizer its ``SamplerContext`` offers): DRY's sequence breakers are
+    strings in llama.cpp.
+    """
 
     name: str
-    allowed: str = "a list of non-empty lists of token ids (integers >= 0)"
+    text: bool = False
+
+    @property
+    def allowed(self) -> str:
+        """What an allowed value is, in words."""
+        if self.text:
+            return "a list of non-empty strings or non-empty lists of token ids (integers >= 0)"
+        return "a list of non-empty lists of token ids (integers >= 0)"
+
+    def _item_ok(self, item: Any) -> bool:
+        if isinstance(item, str):
+            return self.text and bool(item)
+        return _is_list(item) and bool(item) and all(_is_token_id(t) for t in item)
 
     def validate(self, value: Any, where: str) -> None:
-        """Raise ``ValueError`` unless ``value`` is ``None`` or a list of non-empty id lists."""
+        """Raise ``ValueError`` unless ``value`` is ``None`` or a list of valid items."""
         if value is None:
             return
-        if not _is_list(value) or not all(
-            _is_list(seq) and seq and all(_is_token_id(t) for t in seq) for seq in value
-        ):
+        if not _is_list(value) or not all(self._item_ok(item) for item in value):
             _reject(self.name, value, where, self.allowed)
+
+
+def split_sequences(value: Iterable[str | Sequence[int]]) -> tuple[list[str], list[tuple[int, ...]]]:
+    """The strings and the token id sequences of a validated :class:`TokenSequencesParam` value."""
+    texts: list[str] = []
+    sequences: list[tuple[int, ...]] = []
+    for item in value:
+        if isinstance(item, str):
+            texts.append(item)
+        else:
+            sequences.append(tuple(int(t) for t in item))
+    return texts, sequences
 
 
 @attrs.frozen

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -39,9 +40,23 @@ def test_dry_published_cases():
                dry_penalty_last_n=7) == [0.2] * 5
 
 
-def dry_oracle(context, vocab, multiplier, base, allowed, breakers):
-    """Brute force: for each token, the longest repeat it would extend, searched at every position."""
-    # the latest complete breaker limits how far back a repeat may reach
+FLOAT_MAX_LOG = 88.7228391  # llama.cpp's ln(FLT_MAX)
+
+
+def llama_cpp_penalty(multiplier: float, base: float, allowed: int, length: int) -> np.float32:
+    """llama.cpp's penalty for extending a repeat of ``length`` tokens, in double: ``multiplier *
+    base ** exponent`` with the exponent clamped to ``ln(FLT_MAX) / ln(base)``, then stored as a float
+    (past FLT_MAX that is inf, so the logit becomes -inf)."""
+    exponent = length - allowed
+    if base > 1.000001:
+        exponent = min(exponent, int(FLOAT_MAX_LOG / math.log(base)))
+    with np.errstate(over="ignore"):
+        return np.float32(multiplier * base**exponent)
+
+
+def longest_repeats(context, vocab, allowed, breakers):
+    """Brute force: for each penalised token, the longest repeat it would extend, searched at every
+    position, limited by the latest complete breaker; single-token breakers are never penalised."""
     n = len(context)
     limit = n
     for i in range(n):
@@ -51,10 +66,10 @@ def dry_oracle(context, vocab, multiplier, base, allowed, breakers):
         if tails:
             limit = i - max(len(t) for t in tails)
             break
-    penalty = [0.0] * vocab
     if n <= allowed or limit < allowed:
-        return penalty
+        return {}
     single = {b[0] for b in breakers if len(b) == 1}
+    lengths = {}
     for token in range(vocab):
         best = 0
         for end in range(n - 1):  # an earlier occurrence context[.. end] followed by `token`
@@ -65,7 +80,15 @@ def dry_oracle(context, vocab, multiplier, base, allowed, breakers):
                 length += 1
             best = max(best, min(length, limit))
         if best >= allowed and token not in single:
-            penalty[token] = multiplier * base ** (best - allowed)
+            lengths[token] = best
+    return lengths
+
+
+def dry_oracle(context, vocab, multiplier, base, allowed, breakers):
+    """Each token's penalty: llama.cpp's formula over the brute-force longest repeat."""
+    penalty = [0.0] * vocab
+    for token, length in longest_repeats(context, vocab, allowed, breakers).items():
+        penalty[token] = float(llama_cpp_penalty(multiplier, base, allowed, length))
     return penalty
 
 
@@ -79,6 +102,32 @@ def test_dry_matches_the_brute_force_definition(context, allowed, base, breakers
     out = run_processor(DryProcessor, logits, [params], contexts=[context])[0]
     expected = dry_oracle(context, 5, 0.7, base, allowed, breakers)
     np.testing.assert_allclose(-out.numpy(), expected, rtol=1e-6)
+
+
+def test_dry_penalty_past_float_max_saturates_to_minus_inf():
+    """2 * 1.75 ** 158 (162 repeated tokens) is past FLT_MAX: llama.cpp's float penalty is inf, so
+    token 0 gets -inf and token 1 keeps its logit; the batch is not taken down."""
+    params = {"dry_multiplier": 2.0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1}
+    out = run_processor(DryProcessor, torch.tensor([[1.0, 0.5]]), [params], contexts=[[0] * 162])[0]
+    assert out.tolist() == [float("-inf"), 0.5]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=1, max_size=3), st.integers(1, 90), st.floats(0.01, 1e30),
+       st.floats(1.0, 30.0), st.integers(1, 4))
+@example([0], 162, 2.0, 1.75, 2)
+@example([0, 1], 90, 1e30, 1.000001, 1)
+def test_dry_large_penalties_match_llama_cpps_formula(block, repeats, multiplier, base, allowed):
+    """Large multipliers, bases and repeats never raise; every logit equals float32(logit) minus
+    llama.cpp's penalty computed in double and stored as a float (inf past FLT_MAX)."""
+    context = block * repeats
+    logits = torch.tensor([[1.0, 0.5, -0.25]])
+    params = {"dry_multiplier": multiplier, "dry_base": base, "dry_allowed_length": allowed}
+    out = run_processor(DryProcessor, logits, [params], contexts=[context])[0].numpy()
+    expected = logits[0].numpy().copy()
+    for token, length in longest_repeats(context, 3, allowed, []).items():
+        expected[token] = expected[token] - llama_cpp_penalty(multiplier, base, allowed, length)
+    np.testing.assert_array_equal(out, expected)
 
 
 def test_dry_window_and_long_repeats():
@@ -177,3 +226,14 @@ def test_mirostat_v1_top_k_follows_the_zipf_estimate():
     k = (e * 2 ** (2 * tau) / (1 - vocab ** -e)) ** (1 / s)
     assert int(torch.isfinite(out).sum()) == int(k)
     assert bool(torch.isfinite(out[: int(k)]).all())
+
+
+@pytest.mark.parametrize(("tau", "kept"), [(5.0, 1), (7.0, 4096)])
+def test_mirostat_v1_on_a_flat_head_follows_the_formulas_limit(tau, kept):
+    """The 100 most probable tokens tied: s = 0, so k = (2**mu / (V - 1)) ** (1 / s) tends to 0 (one
+    token kept) when 2**mu < V - 1 (mu = 10, V = 4096) and to infinity (every token) when 2**mu > V - 1."""
+    row = torch.zeros(4096)
+    row[:200] = 2.0
+    out = mirostat_run(1, [row], [0], tau=tau, eta=0.1)[0]
+    assert int(torch.isfinite(out).sum()) == kept
+    assert bool(torch.isfinite(out[0]))

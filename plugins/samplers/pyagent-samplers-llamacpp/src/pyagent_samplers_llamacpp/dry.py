@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
+from pyagent_core.interfaces.sampler import SamplerContext
 from pyagent_sampler_base.multi_param import MultiParamProcessor, ParamCheck, ParamRow
-from pyagent_sampler_base.token_params import check_in_vocab
+from pyagent_sampler_base.token_params import check_in_vocab, split_sequences
+from pyagent_samplers_llamacpp.breakers import (
+    DEFAULT_SEQUENCE_BREAKERS,
+    BreakerTable,
+    merge,
+    sequence_breakers,
+    string_breakers,
+)
 from pyagent_samplers_llamacpp.params import (
     DRY_ALLOWED_LENGTH,
     DRY_BASE,
@@ -40,7 +49,7 @@ def suffix_matches(tokens: Sequence[int]) -> list[int]:
     return [z[n - 1 - i] if i < n - 1 else 0 for i in range(n)]
 
 
-def breaker_limit(tokens: Sequence[int], breakers: Mapping[int, list[tuple[int, ...]]]) -> int:
+def breaker_limit(tokens: Sequence[int], breakers: BreakerTable) -> int:
     """How far back a repeat may reach: the distance from the end to the latest sequence breaker.
 
     ``breakers`` maps a breaker's first token to the rest of each breaker starting with it; the
@@ -59,16 +68,15 @@ def breaker_limit(tokens: Sequence[int], breakers: Mapping[int, list[tuple[int, 
 
 
 class DryRow(ParamRow):
-    """A DRY row: its values and its sequence breakers indexed by their first token."""
+    """A DRY row: its values and its sequence breakers (head token -> tails, see :mod:`.breakers`)."""
 
-    def __init__(self, request: Any, values: dict[str, Any]) -> None:
+    def __init__(self, request: Any, values: dict[str, Any], breakers: BreakerTable) -> None:
         super().__init__(request, values)
-        self.breakers: dict[int, list[tuple[int, ...]]] = {}
-        for sequence in values["dry_sequence_breakers"]:
-            self.breakers.setdefault(int(sequence[0]), []).append(tuple(int(t) for t in sequence[1:]))
+        self.breakers = breakers
 
     def penalties(self) -> dict[int, float]:
-        """The penalty of each token that would extend a repeat, from the row's context."""
+        """The penalty of each token that would extend a repeat, from the row's context: llama.cpp's
+        ``multiplier * base ** exponent`` in double (past FLT_MAX it becomes inf once stored as a float)."""
         multiplier, base = self.values["dry_multiplier"], self.values["dry_base"]
         allowed, last_n = self.values["dry_allowed_length"], self.values["dry_penalty_last_n"]
         tokens = self.context(None if last_n == -1 else last_n)
@@ -101,9 +109,16 @@ class DryProcessor(MultiParamProcessor):
     A token that would extend a sequence of ``n >= dry_allowed_length`` tokens that already occurs
     earlier in the last ``dry_penalty_last_n`` tokens of the context (prompt and output; -1: all of
     it) loses ``dry_multiplier * dry_base ** (n - dry_allowed_length)`` from its logit (the longest
-    such ``n`` counts). Repeats do not reach back across a sequence breaker (``dry_sequence_breakers``:
-    token id sequences), and a single-token breaker is never penalised. ``dry_multiplier=0`` or
-    ``dry_penalty_last_n=0`` turns it off.
+    such ``n`` counts; computed in double and stored as a float32, so a penalty past FLT_MAX makes
+    the logit -inf, as in llama.cpp). Repeats do not reach back across a sequence breaker, and a
+    single-token breaker is never penalised. ``dry_multiplier=0`` or ``dry_penalty_last_n=0`` turns
+    it off.
+
+    ``dry_sequence_breakers`` is a list of strings (llama.cpp's form, turned into head tokens and
+    tails with the tokenizer of the :class:`SamplerContext`, see :mod:`.breakers`) or of token id
+    sequences (first id the head, the rest its tail), or both. Unset, it is llama.cpp's default set
+    (``"\\n"``, ``":"``, ``'"'``, ``"*"``) where the context offers a tokenizer, and no breakers where
+    it does not; explicit strings without a tokenizer are refused.
     """
 
     request_params: ClassVar[tuple[ParamCheck, ...]] = (
@@ -111,9 +126,13 @@ class DryProcessor(MultiParamProcessor):
     )
     neutral: ClassVar[Mapping[str, Any]] = {
         "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
-        "dry_sequence_breakers": (),
+        "dry_sequence_breakers": None,  # llama.cpp's default set, where there is a tokenizer
     }
     label: ClassVar[str] = "dry sampler"
+
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        self._string_tables: dict[str, BreakerTable] = {}
+        super().__init__(options, context)
 
     def is_argmax_invariant(self) -> bool:
         """False: the most likely token may be the one that extends a repeat."""
@@ -124,18 +143,71 @@ class DryProcessor(MultiParamProcessor):
         return bool(values["dry_multiplier"] > 0 and values["dry_penalty_last_n"] != 0)
 
     def check_values(self, values: Mapping[str, Any], where: str) -> None:
-        """Breaker token ids must lie in the vocabulary."""
-        check_in_vocab("dry_sequence_breakers", [t for s in values["dry_sequence_breakers"] for t in s],
-                       self.vocab_size, where)
+        """Breaker token ids must lie in the vocabulary; breaker strings need the context's tokenizer."""
+        breakers = values["dry_sequence_breakers"]
+        if breakers is None:
+            return
+        texts, sequences = split_sequences(breakers)
+        check_in_vocab("dry_sequence_breakers", [t for s in sequences for t in s], self.vocab_size, where)
+        if texts and self.context.tokenizer_info is None:
+            raise ValueError(
+                f"{where}: dry_sequence_breakers holds strings {texts[:3]!r}, which need the model's tokenizer, "
+                "and this host gives the sampler none (SamplerContext.tokenizer_info); pass token id "
+                "sequences instead, e.g. [[198], [25, 220]]"
+            )
+
+    def breaker_table(self, breakers: Sequence[str | Sequence[int]] | None, where: str) -> BreakerTable:
+        """The heads and tails of ``breakers`` (``None``: llama.cpp's default strings, or none
+        without a tokenizer); string tables are built once per string and kept."""
+        if breakers is None:
+            if self.context.tokenizer_info is None:
+                return {}
+            breakers = DEFAULT_SEQUENCE_BREAKERS
+        texts, sequences = split_sequences(breakers)
+        return merge([sequence_breakers(sequences), *(self._string_table(text, where) for text in texts)])
+
+    def _string_table(self, text: str, where: str) -> BreakerTable:
+        table = self._string_tables.get(text)
+        if table is None:
+            assert self.context.tokenizer_info is not None  # check_values refused strings without one
+            try:
+                info = self.context.tokenizer_info()
+            except Exception as error:  # the host says why its tokenizer cannot be described
+                raise ValueError(f"{where}: dry_sequence_breakers holds strings, but the model's tokenizer "
+                                 f"is unavailable to samplers ({type(error).__name__}: {error}); pass token "
+                                 "id sequences instead") from error
+            if info.encode is None:
+                raise ValueError(f"{where}: dry_sequence_breakers holds strings, but the host's tokenizer has "
+                                 "no encode to tokenize them with; pass token id sequences instead")
+            table = self._string_tables[text] = string_breakers(text, info.vocab, info.encode)
+        return table
 
     def make_row(self, request: Any, values: dict[str, Any]) -> DryRow:
-        """A :class:`DryRow` with the breakers indexed."""
-        return DryRow(request, values)
+        """A :class:`DryRow` with the breakers turned into heads and tails (an inactive row needs none)."""
+        if not self.is_active(values):
+            return DryRow(request, values, {})
+        breakers = values["dry_sequence_breakers"]
+        try:
+            table = self.breaker_table(breakers, f"request at row {request.index}")
+        except ValueError:
+            if breakers is not None:
+                raise
+            warnings.warn("dry sampler: llama.cpp's default sequence breakers need the model's tokenizer, "
+                          "which is unavailable; running without breakers", RuntimeWarning, stacklevel=2)
+            table = {}
+        return DryRow(request, values, table)
 
     def process(self, logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
-        """Subtract each row's penalties from its logits."""
-        penalty = torch.zeros(logits.shape, dtype=torch.float32)
+        """Subtract each row's penalties from its logits (float32 penalties: inf past FLT_MAX)."""
+        at_rows: list[int] = []
+        at_tokens: list[int] = []
+        values: list[float] = []
         for i, row in enumerate(rows):
             for token, value in self.rows[row].penalties().items():
-                penalty[i, token] = value
+                at_rows.append(i)
+                at_tokens.append(token)
+                values.append(value)
+        penalty = torch.zeros(logits.shape, dtype=torch.float32)
+        where = (torch.tensor(at_rows, dtype=torch.long), torch.tensor(at_tokens, dtype=torch.long))
+        penalty[where] = torch.tensor(values, dtype=torch.float64).to(torch.float32)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)) - penalty.to(logits.device)

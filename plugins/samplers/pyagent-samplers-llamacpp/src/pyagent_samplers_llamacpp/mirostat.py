@@ -56,7 +56,13 @@ class MirostatRow(ParamRow):
         return kept
 
     def zipf_top_k(self, probs: torch.Tensor, candidates: int, vocab_size: int) -> int:
-        """Mirostat 1's k, from the Zipf exponent estimated over the most probable tokens."""
+        """Mirostat 1's k, from the Zipf exponent estimated over the most probable tokens.
+
+        ``k = (e * 2**mu / (1 - V**-e)) ** (1 / s)`` with ``e = s - 1``, taken to its limit where the
+        formula divides by zero: an exactly flat head (``s = 0``) gives ``(2**mu / (V - 1)) ** inf``,
+        so k is 0 (one token kept) when ``2**mu < V - 1``, every candidate when ``2**mu > V - 1``
+        and 1 when they are equal; ``s = 1`` gives ``k = 2**mu / ln V``.
+        """
         m = min(ZIPF_TOKENS - 1, candidates - 1)
         top = torch.topk(probs, m + 1).values.double()
         ranks = torch.arange(m, dtype=torch.float64)
@@ -65,8 +71,14 @@ class MirostatRow(ParamRow):
         s_hat = float((t * b).sum() / (t * t).sum())
         epsilon_hat = s_hat - 1
         try:
-            k = (epsilon_hat * 2**self.mu / (1 - vocab_size ** -epsilon_hat)) ** (1 / s_hat)
-        except (OverflowError, ZeroDivisionError):
+            if s_hat == 0:
+                ratio = 2**self.mu / (vocab_size - 1)
+                k = 0.0 if ratio < 1 else math.inf if ratio > 1 else 1.0
+            elif 1 - vocab_size ** -epsilon_hat == 0:
+                k = 2**self.mu / math.log(vocab_size)
+            else:
+                k = (epsilon_hat * 2**self.mu / (1 - vocab_size ** -epsilon_hat)) ** (1 / s_hat)
+        except OverflowError:  # 2**mu or the power past the largest double: k is past every count
             return candidates
         if isinstance(k, complex) or not math.isfinite(k):
             return candidates

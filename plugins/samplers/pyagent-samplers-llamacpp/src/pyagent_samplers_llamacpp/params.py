@@ -16,7 +16,7 @@ DRY_PENALTY_LAST_N = RequestParam(
     name="dry_penalty_last_n", integer=True, min=-1,
     allowed="an integer >= -1 (-1: the whole context, 0 turns DRY off)",
 )
-DRY_SEQUENCE_BREAKERS = TokenSequencesParam(name="dry_sequence_breakers")
+DRY_SEQUENCE_BREAKERS = TokenSequencesParam(name="dry_sequence_breakers", text=True)
 XTC_PROBABILITY = RequestParam(
     name="xtc_probability", integer=False, min=0.0, max=1.0,
     allowed="a number in [0, 1] (0 turns XTC off)",
