@@ -68,10 +68,14 @@ class DraftWarning(UserWarning):
 class SpecStats:
     """Counters over the engine's life (what ``pyagent generate`` and the benchmark report).
 
+    Only what could reach the output counts: when a request ends inside a verified draft (an
+    accepted end-of-sequence or stop token), the nodes past its last output token count neither as
+    drafted nor as accepted, since they are thrown away.
+
     Attributes:
         num_drafts: drafts verified.
         num_draft_tokens: draft nodes verified.
-        num_accepted_tokens: draft nodes accepted.
+        num_accepted_tokens: draft nodes accepted whose tokens reached the output.
         accepted_per_position: ``[i]``: drafts whose accepted length exceeded ``i``.
         num_dropped: drafts dropped as invalid (out-of-vocab ids, too many nodes, a tree from a
             chain proposer, an exception).
@@ -384,6 +388,7 @@ class SpeculativeDecoder:
         self.stats = SpecStats()
         self._reported = SpecStats()
         self._verified_rows = 0
+        self._committed: list[tuple[Request, tuple[int, ...], int, int]] = []
 
     @property
     def name(self) -> str:
@@ -503,8 +508,9 @@ class SpeculativeDecoder:
         return emitted
 
     def commit(self, request: Request, kv_caches: Sequence[torch.Tensor], pool: BlockPool, block_size: int) -> None:
-        """After :meth:`verify`: move accepted keys/values into place, advance the computed count,
-        free blocks holding only rejected nodes, and tell the proposer and the controller."""
+        """After :meth:`verify` and before the emitted tokens are appended: move accepted keys/values
+        into place, advance the computed count, free blocks holding only rejected nodes, and tell the
+        proposer and the controller (:attr:`stats` counts the draft at :meth:`step_stats`)."""
         draft = request.draft
         if draft is None:
             return
@@ -527,15 +533,17 @@ class SpeculativeDecoder:
         if len(request.block_ids) > keep:
             pool.free(request.block_ids[keep:])
             del request.block_ids[keep:]
-        self.stats.record(len(draft), len(accepted))
+        self._committed.append((request, draft.node_depths(), len(accepted), len(request.output_token_ids)))
         self.controller.verified(request.request_id, len(accepted), draft.depth,
                                  None if draft.scores is None else sum(draft.scores))
         self.proposer.on_verified(request.request_id, len(accepted))
         request.draft = None
 
     def step_stats(self, chunks: Sequence[Any], step_time: float) -> dict[str, Any]:
-        """This step's drafting figures for the step-stats hook; times a pure decode step for the
+        """This step's drafting figures for the step-stats hook (the drafts committed this step are
+        counted here, once the engine has appended their tokens); times a pure decode step for the
         controller's cost fit."""
+        self._count_committed()
         tokens = sum(c.num_tokens for c in chunks)
         if tokens == self._verified_rows:
             self.controller.observe_step(tokens, step_time)
@@ -548,6 +556,16 @@ class SpeculativeDecoder:
             "num_accepted_tokens": now.num_accepted_tokens - before.num_accepted_tokens,
             "proposer_time_s": now.proposer_time_s - before.proposer_time_s,
         }
+
+    def _count_committed(self) -> None:
+        """Add this step's committed drafts to :attr:`stats`, now that the engine has appended what
+        each request emits: a request that finished in the step kept only its first ``kept`` emitted
+        tokens, so draft nodes deeper than ``kept`` count neither as drafted nor as accepted."""
+        for request, depths, accepted, start in self._committed:
+            kept = len(request.output_token_ids) - start
+            end = kept if request.finished else len(depths)
+            self.stats.record(sum(1 for depth in depths if depth <= end), min(accepted, end))
+        self._committed.clear()
 
     def finished(self, request: Request) -> None:
         """The request left the engine: drop its state here and in the proposer."""

@@ -33,7 +33,11 @@ def specbench_prompts() -> list[str]:
 
 def run(engine: Engine, prompts: Sequence[list[int]]) -> list[list[int]]:
     """Greedy outputs of ``prompts`` run together on ``engine``."""
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
+    return run_params(engine, prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0))
+
+
+def run_params(engine: Engine, prompts: Sequence[list[int]], params: SamplingParams) -> list[list[int]]:
+    """Outputs of ``prompts`` run together on ``engine`` with ``params``."""
     requests = [engine.add_request(ids, params) for ids in prompts]
     while engine.has_unfinished():
         engine.step()
@@ -86,3 +90,41 @@ def test_a_misbehaving_proposer_never_changes_the_output(
         assert run(engine, prompts[:1]) == expected[:1]
     assert any(issubclass(w.category, DraftWarning) for w in caught)
     assert engine.speculative.stats.num_drafts == 0 and engine.speculative.stats.num_dropped > 0
+
+
+class Oracle(Proposer):
+    """Drafts a known greedy continuation, which goes on past the end-of-sequence token."""
+
+    def __init__(self, context: ProposerContext, continuation: list[int]) -> None:
+        super().__init__({}, context)
+        self.continuation = continuation
+        self.drafts: list[list[int]] = []
+
+    def propose(self, requests: Sequence[ProposerRequest], max_tokens: int) -> list[DraftTree | None]:
+        drafts: list[DraftTree | None] = []
+        for request in requests:
+            start = len(request.output_token_ids)
+            self.drafts.append(self.continuation[start:start + max_tokens])
+            drafts.append(DraftTree.chain(self.drafts[-1]))
+        return drafts
+
+
+def test_drafted_tokens_past_an_accepted_end_of_sequence_are_not_counted(llm_bf16: LLM) -> None:
+    """A draft that runs past the end-of-sequence token is accepted whole, but only the tokens up to
+    the end reach the output: only those count as drafted and accepted."""
+    prompt = llm_bf16.encode("What is 2 + 2?", chat=True)[0]
+    eos = set(llm_bf16.loaded.config.eos_token_ids)
+    (past_the_end,) = run_params(llm_bf16.engine, [prompt], SamplingParams(max_tokens=40, temperature=0.0,
+                                                                             ignore_eos=True))
+    length = next(i for i, token in enumerate(past_the_end) if token in eos) + 1
+    assert length <= 30, "the answer is too long for one draft"
+    engine = Engine(llm_bf16.loaded, speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=length + 2,
+                                                                   adaptive=False))
+    assert engine.speculative is not None
+    oracle = engine.speculative.proposer = Oracle(engine.speculative.proposer.context, past_the_end)
+    (output,) = run_params(engine, [prompt], SamplingParams(max_tokens=40, temperature=0.0))
+    assert output == past_the_end[:length]
+    assert len(oracle.drafts) == 1 and len(oracle.drafts[0]) == length + 2  # 3 tokens past the end
+    stats = engine.speculative.stats
+    assert (stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens) == (1, length - 1, length - 1)
+    assert stats.accepted_per_position == [1] * (length - 1)

@@ -19,8 +19,8 @@ SPEC = ProposerSpec(
     priority=0,
     options={
         "model": OptionSpec(type=str, default="", help="draft model path (empty: the embedded model)"),
-        "dtype": OptionSpec(type=str, default="bfloat16", choices=("bfloat16", "float32"),
-                            help="the draft model's dtype"),
+        "dtype": OptionSpec(type=str, default=None, choices=("bfloat16", "float32"),
+                            help="the draft model's dtype (unset: the target model's)"),
         "max_tokens": OptionSpec(type=int, default=4, min=1, max=64,
                                  help="most draft tokens (the engine may ask for fewer)"),
         "kv_cache_gib": OptionSpec(type=float, default=0.25, min=0.01, max=64.0,
