@@ -237,3 +237,41 @@ def test_mirostat_v1_on_a_flat_head_follows_the_formulas_limit(tau, kept):
     out = mirostat_run(1, [row], [0], tau=tau, eta=0.1)[0]
     assert int(torch.isfinite(out).sum()) == kept
     assert bool(torch.isfinite(out[0]))
+
+
+def mirostat_v1_k(row: torch.Tensor, mu: float) -> int:
+    """llama.cpp's mirostat v1 k in double, written from its loop over the sorted probabilities (m = 100),
+    with the formula's limits where it divides by zero (s = 0: 0 or infinity; s = 1: 2**mu / ln V)."""
+    p = sorted(row.softmax(-1).double().tolist(), reverse=True)
+    vocab = len(p)
+    sum_tb = sum_tt = 0.0
+    for i in range(min(99, vocab - 1)):
+        t = math.log((i + 2) / (i + 1))
+        sum_tb += t * math.log(p[i] / p[i + 1])
+        sum_tt += t * t
+    s = sum_tb / sum_tt
+    e = s - 1
+    if s == 0:
+        k = 0.0 if 2**mu < vocab - 1 else math.inf if 2**mu > vocab - 1 else 1.0
+    elif e == 0:
+        k = 2**mu / math.log(vocab)
+    else:
+        try:
+            k = (e * 2**mu / (1 - vocab**-e)) ** (1 / s)
+        except OverflowError:  # past the largest double: past every count
+            k = math.inf
+    return vocab if k >= vocab else max(int(k), 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(120, 3000), st.integers(0, 150), st.floats(0.0, 3.0), st.floats(0.5, 8.0), st.integers(0, 2**16))
+def test_mirostat_v1_keeps_the_formulas_k(vocab, flat, slope, tau, seed):
+    """Rows with a flat head of ``flat`` tied tokens (none, fewer than 100, or the whole estimate)
+    then a Zipf-like tail of random slope: the kept count is the formula's k."""
+    gen = torch.Generator().manual_seed(seed)
+    ranks = torch.arange(1, vocab + 1, dtype=torch.float32)
+    row = -slope * torch.log(ranks) - 0.01 * torch.rand(vocab, generator=gen)
+    row[:flat] = 1.0
+    row[flat:] = torch.minimum(row[flat:], torch.tensor(0.5))
+    out = mirostat_run(1, [row], [0], tau=tau, eta=0.1)[0]
+    assert int(torch.isfinite(out).sum()) == mirostat_v1_k(row, 2 * tau)
