@@ -24,8 +24,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         description=(
             "llama.cpp's DRY sampler over the request's prompt and output. Per-request parameters "
             "(else the options): dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n and "
-            "dry_sequence_breakers (a list of token id sequences). A token extending a repeat of n >= "
-            "allowed_length tokens loses multiplier * base ** (n - allowed_length)."
+            "dry_sequence_breakers (strings, as in llama.cpp, or token id sequences; unset: llama.cpp's "
+            "'\\n' ':' '\"' '*'). A token extending a repeat of n >= allowed_length tokens loses "
+            "multiplier * base ** (n - allowed_length); past FLT_MAX its logit becomes -inf."
         ),
         options={
             "dry_multiplier": OptionSpec(type=float, default=0.0, min=0.0, help="penalty scale (0: off)"),
