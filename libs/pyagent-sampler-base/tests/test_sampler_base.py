@@ -27,6 +27,7 @@ from pyagent_sampler_base.token_params import (
     TokenSequencesParam,
     bias_items,
     check_in_vocab,
+    split_sequences,
 )
 
 # The specs name their impl by module path; this file's own name (under a folder with a hyphen) is
@@ -148,6 +149,9 @@ def test_per_row_state_moves_with_its_request_and_only_active_rows_are_processed
     (BANNED, [1, -2], "here: banned=[1, -2] is invalid; banned must be a list of token ids"),
     (BANNED, "12", "here: banned='12' is invalid"),
     (TokenSequencesParam("stops"), [[1], []], "here: stops=[[1], []] is invalid; stops must be a list of non-empty"),
+    (TokenSequencesParam("stops"), ["\n"], "here: stops=['\\n'] is invalid; stops must be a list of non-empty lists"),
+    (TokenSequencesParam("breakers", text=True), ["\n", ""],
+     "breakers must be a list of non-empty strings or non-empty lists of token ids"),
     (TokenBiasParam("logit_bias"), {3: 101}, "here: logit_bias={3: 101} is invalid; logit_bias must be a mapping"),
     (TokenBiasParam("logit_bias"), {"x": 1}, "to a bias in [-100, 100]"),
 ])
@@ -158,6 +162,11 @@ def test_parameter_checks_name_the_parameter_the_value_and_what_is_allowed(
         param.validate(value, "here")
     assert message in str(error.value)
     param.validate(None, "here")  # unset is always valid
+
+
+def test_text_sequences_accept_strings_and_id_lists_and_split_them() -> None:
+    TokenSequencesParam("breakers", text=True).validate(["\n", [3, 4]], "here")
+    assert split_sequences(["\n", [3, 4], "###"]) == (["\n", "###"], [(3, 4)])
 
 
 def test_valid_values_pass_and_bias_keys_may_be_digit_strings() -> None:
