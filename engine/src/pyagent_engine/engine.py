@@ -7,6 +7,7 @@ hook is reported with a warning and the engine goes on.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 import warnings
@@ -16,12 +17,14 @@ from typing import Any
 import attrs
 import torch
 
-from pyagent_core.errors import BackendUnavailableError, ConfigError, RequestError
+from pyagent_core.errors import ConfigError, RequestError
 from pyagent_core.interfaces.attention import AttentionContext
-from pyagent_core.kinds import ATTENTION
+from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
-from pyagent_core.registry import Registry, Selection, get_registry
+from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
+from pyagent_engine.attention_choice import build_attention
+from pyagent_engine.isolation import describe, run_isolated
 from pyagent_engine.models.llama import allocate_kv_caches
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.output import TextTracker
@@ -30,7 +33,7 @@ from pyagent_engine.prefix_cache import build_block_pool, cache_counters, check_
 from pyagent_engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from pyagent_engine.runner import ModelRunner, torch_on_one_thread
 from pyagent_engine.sampling import SamplerChain
-from pyagent_engine.scheduler import Scheduler
+from pyagent_engine.scheduler import ScheduledChunk, Scheduler
 from pyagent_engine.speculative import SpeculativeConfig, SpeculativeDecoder
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
@@ -120,13 +123,11 @@ class Engine:
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
         model_config = loaded.config
-        self.attention_selection = self.registry.select(ATTENTION, attention, attention_options)
-        self._check_attention(self.attention_selection)
         attention_context = AttentionContext(
             num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
             scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype))
-        backend = self.registry.load(self.attention_selection.backend)(self.attention_selection.options,
-                                                                       attention_context)
+        self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
+                                                            attention_context, self._unsupported)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
                            * loaded.dtype.itemsize * model_config.num_layers)
         self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))
@@ -135,8 +136,10 @@ class Engine:
         pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
                                    self.config.max_num_batched_tokens, self.config.schedule)
-        self.sampler = SamplerChain(self.registry, model_config.vocab_size, samplers, sampler_options,
-                                    model_config.eos_token_ids, lambda: self.structured.tokenizer_info)
+        self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
+                                              sampler_options, model_config.eos_token_ids, self._tokenizer_info)
+        self.sampler = self._new_sampler()
+        self._probe: SamplerChain | None = None
         self.speculative = None if speculative is None else SpeculativeDecoder(
             self.registry, speculative, model_config.vocab_size, model_config.max_position_embeddings,
             target=loaded, attention=self.attention_selection)
@@ -144,6 +147,7 @@ class Engine:
                                             model_config.vocab_size, structured)
         self.trackers: dict[str, TextTracker] = {}
         self._ids = itertools.count()
+        self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
             engine_id=f"engine-{next(_engine_ids)}", model=str(loaded.source), architecture=model_config.architecture,
             dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
@@ -153,8 +157,12 @@ class Engine:
         )
         self._fire("pyagent_engine_started")
 
-    def _check_attention(self, selection: Selection[AttentionSpec]) -> None:
-        spec, cfg = selection.backend.spec, self.loaded.config
+    def _tokenizer_info(self) -> TokenizerInfo:
+        return self.structured.tokenizer_info
+
+    def _unsupported(self, spec: AttentionSpec) -> str | None:
+        """Why the model cannot run on the attention backend of ``spec`` (``None``: it can)."""
+        cfg = self.loaded.config
         problems = []
         dtype = _dtype_name(self.loaded.dtype)
         if dtype not in spec.dtypes:
@@ -163,9 +171,7 @@ class Engine:
             problems.append(f"head size {cfg.head_dim}")
         if spec.block_sizes and self.config.block_size not in spec.block_sizes:
             problems.append(f"block size {self.config.block_size}")
-        if problems:
-            raise BackendUnavailableError("attention", spec.name, "it does not support " + "; ".join(problems),
-                                          [b.name for b in self.registry.available("attention")])
+        return "it does not support " + "; ".join(problems) if problems else None
 
     @property
     def backends(self) -> dict[str, str]:
@@ -186,7 +192,10 @@ class Engine:
 
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams, *,
                     prompt: str | None = None, request_id: str | None = None) -> Request:
-        """Validate and queue a request; raises :class:`RequestError` when it cannot run."""
+        """Validate and queue a request; raises :class:`RequestError` when it cannot run.
+
+        ``request_id`` must not be that of an unfinished request; by default :meth:`next_request_id`.
+        """
         ids = list(prompt_token_ids)
         context = self.loaded.config.max_position_embeddings
         if not ids:
@@ -202,7 +211,12 @@ class Engine:
         if needed > self.num_blocks:
             raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
                                "raise kv_cache_gib or lower max_tokens")
-        request = Request(request_id or f"req-{next(self._ids)}", ids, params, prompt=prompt)
+        if request_id is None:
+            request_id = self.next_request_id()
+        elif request_id in self.trackers:
+            raise RequestError(f"request id {request_id!r} belongs to an unfinished request; give each request "
+                               "its own id (or none: the engine numbers them)")
+        request = Request(request_id, ids, params, prompt=prompt)
         self.sampler.check_params(request)
         if params.structured is not None:
             self.structured.submit(request)  # checked now; scheduled once its grammar is compiled
@@ -211,6 +225,12 @@ class Engine:
             self.scheduler.add(request)
         self._fire("pyagent_request_added", request=request_info(request))
         return request
+
+    def next_request_id(self) -> str:
+        """A request id never given out before by this engine and not in use: ``"0"``, ``"1"``, ..."""
+        while (request_id := str(next(self._ids))) in self.trackers:
+            pass
+        return request_id
 
     def has_unfinished(self) -> bool:
         """True while any request waits (for its grammar or to be scheduled) or runs."""
@@ -223,35 +243,45 @@ class Engine:
     # --- the loop ------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one step; return an output for every request that produced text or finished."""
-        with torch_on_one_thread():
-            return self._step()
+        """Run one step; return an output for every request that produced text or finished.
 
-    def _step(self) -> list[RequestOutput]:
+        A failure ends only the requests it can be attributed to (see :mod:`pyagent_engine.isolation`),
+        with ``finish_reason == "error"``; their KV blocks are freed. An error outside those stages
+        fails the running requests; an interrupt (``KeyboardInterrupt``) fails them too, is raised, and
+        their outputs come with the next step.
+        """
+        outputs, self._undelivered = self._undelivered, []
+        try:
+            with torch_on_one_thread():
+                self._step(outputs)
+        except Exception as error:
+            outputs.extend(self._fail_running(f"engine step failed: {describe(error)}"))
+        except BaseException as error:
+            self._undelivered = outputs + self._fail_running(f"interrupted: {describe(error)}")
+            raise
+        return outputs
+
+    def _fail_running(self, reason: str) -> list[RequestOutput]:
+        return [self._finish(r, "error", reason) for r in list(self.scheduler.running) if not r.finished]
+
+    def _step(self, outputs: list[RequestOutput]) -> None:
         started = time.perf_counter()
-        outputs = self._admit_structured()
+        outputs.extend(self._admit_structured())
         if self.speculative is not None:  # grammar-constrained requests are not drafted for
             self.speculative.propose([r for r in self.scheduler.running if self.structured.params_of(r) is None],
                                      self.loaded.config.max_position_embeddings)
         plan = self.scheduler.schedule()
         if not plan.chunks:
-            return outputs + [self._finish(r, "error", "no KV blocks free for it")
-                              for r in list(self.scheduler.waiting)[:1]]
-        sampled = [c.request for c in plan.chunks if c.sample]
-        try:
-            logits = self.runner.execute(plan.chunks, sampled)
-        except Exception as error:  # a failing backend ends this batch's requests, not the engine
-            return outputs + [self._finish(c.request, "error", f"model step failed: {type(error).__name__}: {error}")
-                              for c in plan.chunks]
-        for chunk in plan.chunks:
+            outputs.extend(self._finish(r, "error", "no KV blocks free for it")
+                           for r in list(self.scheduler.waiting)[:1])
+            return
+        ran = run_isolated(plan.chunks, self._execute)  # a failing kernel ends its requests, not the batch
+        outputs.extend(self._finish(c.request, "error", f"model step failed: {why}") for c, why in ran.failed)
+        for chunk in ran.kept:
             chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
-        if sampled and self.speculative is not None:
-            outputs.extend(self._verify_drafts(sampled, logits, time.perf_counter()))
-        elif sampled:
-            now = time.perf_counter()
-            self.structured.apply_masks(sampled, logits)
-            for request, token in zip(sampled, self.sampler.sample(sampled, logits), strict=True):
-                outputs.append(self._append_sampled(request, token, now))
+        sampled = [c.request for c in ran.kept if c.sample]
+        if sampled and ran.result is not None:
+            outputs.extend(self._sample(sampled, ran.result))
         self._fire("pyagent_step_finished", stats=StepStats(**{
             "num_scheduled_tokens": plan.num_tokens,
             "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
@@ -267,21 +297,62 @@ class Engine:
                else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
         }))
+
+    def _sample(self, sampled: list[Request], logits: torch.Tensor) -> list[RequestOutput]:
+        """Choose each request's tokens and append them; a request that sampling fails on ends alone."""
+        now = time.perf_counter()
+        chosen = run_isolated(
+            sampled, lambda requests: self._choose(requests, self._rows(sampled, logits, requests), self.sampler),
+            lambda request: self._choose([request], self._rows(sampled, logits, [request]), self._probe_sampler()))
+        outputs = [self._finish(r, "error", f"sampling failed: {why}") for r, why in chosen.failed]
+        for request, tokens in zip(chosen.kept, chosen.result or (), strict=True):
+            outputs.extend(self._emit(request, tokens, now))
         return outputs
 
-    def _verify_drafts(self, sampled: list[Request], logits: torch.Tensor, now: float) -> list[RequestOutput]:
-        """Verify this step's drafts (see :mod:`pyagent_engine.speculative`) and append what each emits."""
-        assert self.speculative is not None
-        constrained = any(self.structured.params_of(r) is not None for r in sampled)
-        emitted = self.speculative.verify(sampled, logits, self.sampler,
-                                          mask=self.structured.apply_masks if constrained else None)
+    def _execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
+        return self.runner.execute(chunks, [c.request for c in chunks if c.sample])
+
+    def _probe_sampler(self) -> SamplerChain:
+        """A second chain, for trying a request alone without disturbing the rows of the main one."""
+        if self._probe is None:
+            self._probe = self._new_sampler()
+        return self._probe
+
+    @staticmethod
+    def _rows(sampled: Sequence[Request], logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
+        """The rows of ``logits`` (``1 + len(draft)`` per request of ``sampled``) that belong to ``requests``."""
+        if list(requests) == list(sampled):
+            return logits
+        starts, row = {}, 0
+        for request in sampled:
+            starts[id(request)] = row
+            row += 1 + len(request.draft or ())
+        index = [i for r in requests for i in range(starts[id(r)], starts[id(r)] + 1 + len(r.draft or ()))]
+        return logits.index_select(0, torch.tensor(index, dtype=torch.long))
+
+    def _choose(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain) -> list[list[int]]:
+        """The tokens each request emits: the sampled one, or those of its verified draft
+        (see :mod:`pyagent_engine.speculative`), under its grammar's mask."""
+        if self.speculative is None:
+            self.structured.apply_masks(requests, logits)
+            return [[token] for token in sampler.sample(requests, logits)]
+        constrained = any(self.structured.params_of(r) is not None for r in requests)
+        return self.speculative.verify(requests, logits, sampler,
+                                       mask=self.structured.apply_masks if constrained else None)
+
+    def _emit(self, request: Request, tokens: Sequence[int], now: float) -> list[RequestOutput]:
+        """Commit a verified draft's keys and values, then append ``tokens`` until the request finishes."""
         outputs = []
-        for request, tokens in zip(sampled, emitted, strict=True):
-            self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
+        try:
+            if self.speculative is not None:
+                self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
             for token in tokens:
                 outputs.append(self._append_sampled(request, token, now))
                 if outputs[-1].finished:
                     break
+        except Exception as error:  # detokenizing or a grammar failing on this request ends it alone
+            if not request.finished:
+                outputs.append(self._finish(request, "error", f"output failed: {describe(error)}"))
         return outputs
 
     def _admit_structured(self) -> list[RequestOutput]:

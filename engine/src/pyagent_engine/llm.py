@@ -3,6 +3,10 @@
 A prompt is a string (tokenized as is, or wrapped in the chat template with ``chat=True``), a list
 of OpenAI-style messages (always templated), or a list of token ids. A prompt that cannot run (empty,
 longer than the context) becomes an output with ``finish_reason == "error"``; the others go on.
+
+One ``LLM`` may be used from several threads at once, and several of its streams may be read in
+turns: every call gets the outputs of its own requests (see :mod:`pyagent_engine.shared_engine`).
+Request ids are unique over the ``LLM``'s lifetime.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pyagent_engine.models.gguf_file import ProgressCallback
 from pyagent_engine.models.loader import load_model
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.request import RequestOutput
+from pyagent_engine.shared_engine import Session, SharedEngine
 from pyagent_engine.speculative import SpeculativeConfig
 from pyagent_engine.structured.orchestrator import StructuredConfig
 
@@ -55,6 +60,7 @@ class LLM:
                              attention_options=attention_options, samplers=samplers,
                              sampler_options=sampler_options, config=config, structured=structured,
                              speculative=speculative)
+        self.shared = SharedEngine(self.engine)
 
     @property
     def tokenizer(self) -> Any:
@@ -79,30 +85,37 @@ class LLM:
 
     def stream(self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams] | None = None,
                *, chat: bool = False, system: str | None = None) -> Iterator[RequestOutput]:
-        """Run ``prompts`` batched; yield outputs as text arrives (``delta``) and when each finishes."""
-        per_request = self._params(params, len(prompts))
-        pending = 0
-        for index, (prompt, sampling) in enumerate(zip(prompts, per_request, strict=True)):
-            try:
-                ids, text = self.encode(prompt, chat=chat, system=system)
-                self.engine.add_request(ids, sampling, prompt=text, request_id=f"{index}")
-                pending += 1
-            except RequestError as error:
-                yield RequestOutput(request_id=f"{index}", prompt=prompt if isinstance(prompt, str) else None,
-                                    prompt_token_ids=[], output_token_ids=[], text="", delta="", finished=True,
-                                    finish_reason="error", error=str(error))
-        while pending:
-            for output in self.engine.step():
-                pending -= output.finished
-                yield output
+        """Run ``prompts`` batched; yield outputs as text arrives (``delta``) and when each finishes.
+
+        Closing the generator (or dropping it) before the end aborts the requests still running.
+        """
+        with self.shared.session() as session:
+            yield from self._submit(session, prompts, params, chat, system)
+            yield from session
 
     def generate(self, prompts: str | Sequence[Prompt],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  *, chat: bool = False, system: str | None = None) -> list[RequestOutput]:
         """Run ``prompts`` (one string, or a list of prompts) to completion; one final output per prompt, in order."""
         batch: list[Prompt] = [prompts] if isinstance(prompts, str) else list(prompts)
-        finals = {o.request_id: o for o in self.stream(batch, params, chat=chat, system=system) if o.finished}
-        return [finals[str(i)] for i in range(len(batch))]
+        with self.shared.session() as session:
+            finals = {o.request_id: o for o in self._submit(session, batch, params, chat, system)}
+            finals.update((o.request_id, o) for o in session if o.finished)
+        return [finals[request_id] for request_id in session.request_ids]
+
+    def _submit(self, session: Session, prompts: Sequence[Prompt],
+                params: SamplingParams | Sequence[SamplingParams] | None, chat: bool,
+                system: str | None) -> Iterator[RequestOutput]:
+        """Add ``prompts`` through ``session``; yield a final error output for each that cannot run."""
+        for prompt, sampling in zip(prompts, self._params(params, len(prompts)), strict=True):
+            request_id = session.new_id()
+            try:
+                ids, text = self.encode(prompt, chat=chat, system=system)
+                session.add(request_id, ids, sampling, text)
+            except RequestError as error:
+                yield RequestOutput(request_id=request_id, prompt=prompt if isinstance(prompt, str) else None,
+                                    prompt_token_ids=[], output_token_ids=[], text="", delta="", finished=True,
+                                    finish_reason="error", error=str(error))
 
     @staticmethod
     def _params(params: SamplingParams | Sequence[SamplingParams] | None, count: int) -> list[SamplingParams]:
@@ -114,4 +127,5 @@ class LLM:
 
     def close(self) -> None:
         """Stop the engine (fires ``pyagent_engine_stopped``)."""
-        self.engine.close()
+        with self.shared.locked() as engine:
+            engine.close()
