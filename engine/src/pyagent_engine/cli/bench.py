@@ -182,7 +182,8 @@ def kvcache(
 
     if not trace and not generate:
         trace, generate = list(DEFAULT_TRACES), list(WORKLOADS)
-    traces = [load_trace(path, limit=limit) for path in trace or ()] + [generated_trace(name) for name in generate or ()]
+    traces = [load_trace(path, limit=limit) for path in trace or ()]
+    traces += [generated_trace(name) for name in generate or ()]
     names = [*policy, PEER] if policy else None
     capacities = [part.strip() for part in capacity.split(",") if part.strip()]
     report = run_kvcache_benchmark(traces, capacities, policy_factories(names=names))
