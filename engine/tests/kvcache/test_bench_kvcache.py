@@ -34,5 +34,29 @@ def test_bench_kvcache_writes_json_with_min_and_gap(tmp_path: Path) -> None:
 def test_bench_kvcache_reports_bad_input_without_traceback(tmp_path: Path, cli) -> None:
     missing = cli("bench", "kvcache", "--trace", str(tmp_path / "absent.jsonl"))
     assert missing.returncode != 0 and "cannot read trace" in missing.stderr and "Traceback" not in missing.stderr
-    bad = CliRunner().invoke(full_app(), ["bench", "kvcache", "--trace", str(small_trace(tmp_path)), "--capacity", "0"])
-    assert bad.exit_code != 0 and "positive block counts" in bad.output
+    bad = cli("bench", "kvcache", "--trace", str(small_trace(tmp_path)), "--capacity", "0")
+    assert bad.returncode != 0 and "neither a positive number of blocks" in bad.stderr and "Traceback" not in bad.stderr
+    unknown = cli("bench", "kvcache", "--generate", "nonsense")
+    assert unknown.returncode != 0 and "choose one of: chat, agent, mixed" in unknown.stderr
+
+
+def test_bench_kvcache_takes_several_traces_and_shares_of_their_blocks(tmp_path: Path) -> None:
+    first = small_trace(tmp_path)
+    second = tmp_path / "second.jsonl"
+    second.write_text("\n".join(json.dumps({"hash_ids": ids}) for ids in ([7, 8], [9], [7, 8, 10], [9, 11]) * 2),
+                      encoding="utf-8")
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(full_app(), ["bench", "kvcache", "--trace", str(first), "--trace", str(second),
+                                             "--capacity", "50%,1", "--policy", "fifo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert [t["unique_blocks"] for t in report["traces"]] == [6, 5]
+    sizes = {(r["trace"], r["share"]): r["capacity"] for r in report["results"]}
+    assert sizes == {("trace.jsonl", "50%"): 3, ("trace.jsonl", "1"): 1,
+                     ("second.jsonl", "50%"): 2, ("second.jsonl", "1"): 1}
+    lru_rows = [r for r in report["results"] if r["policy"] == "lru"]
+    assert all(r["points_vs_lru"] == 0 for r in lru_rows)
+    summary = {r["policy"]: r for r in report["summary"]}
+    fifo = [r for r in report["results"] if r["policy"] == "fifo"]
+    assert summary["fifo"]["worst_points_vs_lru"] == min(r["points_vs_lru"] for r in fifo)
+    assert "every trace and capacity" in result.output

@@ -154,42 +154,56 @@ def engine(
     _print_engine_report(report)
 
 
-def _capacities(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise typer.BadParameter(f"expected positive block counts separated by commas, got {text!r}",
-                                 param_hint="--capacity")
-    return values
-
-
 @app.command("kvcache")
 def kvcache(
-    trace: Annotated[Path | None, typer.Option(
-        help="Mooncake-format JSONL block trace (default: ../shared/data/mooncake/conversation_trace.jsonl).")] = None,
-    capacity: Annotated[str, typer.Option(help="Cache sizes in blocks, comma separated.")] = "1000,5000,20000",
+    trace: Annotated[list[Path] | None, typer.Option(
+        help="Mooncake-format JSONL block trace (repeatable; default: both traces in ../shared/data/mooncake "
+             "and every generated workload).")] = None,
+    generate: Annotated[list[str] | None, typer.Option(
+        help="A generated workload: chat, agent or mixed (repeatable; see docs/kvcache.md).")] = None,
+    capacity: Annotated[str, typer.Option(
+        help="Cache sizes, comma separated: blocks, or shares of each trace's unique blocks (20%).")] = "5%,20%,50%",
     policy: Annotated[list[str] | None, typer.Option(
         help="Only these policies (repeat; default: every installed one; lru, the peer, is always run).")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Replay only the trace's first N requests.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Replay only each trace file's first N requests.")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Hit ratio of every eviction policy and Belady's MIN on a block trace; share of the LRU-to-MIN gap."""
-    from pyagent_engine.benchmarks.kvcache import DEFAULT_TRACE, PEER, policy_factories, run_kvcache_benchmark
+    """Hit ratio of every eviction policy and Belady's MIN on block traces; share of the LRU-to-MIN gap."""
+    from pyagent_engine.benchmarks.kvcache import (
+        DEFAULT_TRACES,
+        PEER,
+        generated_trace,
+        policy_factories,
+        run_kvcache_benchmark,
+    )
+    from pyagent_engine.kvcache.generate import WORKLOADS
+    from pyagent_engine.kvcache.trace import load_trace
 
+    if not trace and not generate:
+        trace, generate = list(DEFAULT_TRACES), list(WORKLOADS)
+    traces = [load_trace(path, limit=limit) for path in trace or ()]
+    traces += [generated_trace(name) for name in generate or ()]
     names = [*policy, PEER] if policy else None
-    report = run_kvcache_benchmark(trace or DEFAULT_TRACE, _capacities(capacity), limit, policy_factories(names=names))
+    capacities = [part.strip() for part in capacity.split(",") if part.strip()]
+    report = run_kvcache_benchmark(traces, capacities, policy_factories(names=names))
     if save_or_print_json(report, out, json_out):
         return
+    described = ", ".join(f"{t['trace']} ({t['requests']} requests, {t['unique_blocks']} unique blocks, "
+                          f"unbounded {t['unbounded_hit_ratio']:.1%})" for t in report["traces"])
     print_table(
-        f"{Path(report['trace']).name}: {report['requests']} requests, {report['blocks_requested']} blocks "
-        f"(unbounded cache: {report['unbounded_hit_ratio']:.1%} hits); gap = LRU to MIN",
-        ["capacity", "policy", "hit ratio", "gap closed", "ns/op", "ns vs lru"],
-        [(r["capacity"], r["policy"], f"{r['hit_ratio']:.2%}",
-          "-" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}", _number(r["ns_per_op"], 0),
+        f"{described}; gap = LRU to MIN",
+        ["trace", "capacity", "policy", "hit ratio", "vs lru (points)", "gap closed", "ns/op", "ns vs lru"],
+        [(r["trace"], f"{r['capacity']} ({r['share']})", r["policy"], f"{r['hit_ratio']:.2%}",
+          f"{r['points_vs_lru']:+.2f}", "-" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}",
+          _number(r["ns_per_op"], 0),
           "-" if r["ns_ratio_to_lru"] is None else f"{r['ns_ratio_to_lru']:.2f}x") for r in report["results"]],
+    )
+    print_table(
+        "every trace and capacity",
+        ["policy", "mean gap closed", "worst vs lru (points)", "most ns vs lru"],
+        [(r["policy"], "-" if r["mean_gap_closed"] is None else f"{r['mean_gap_closed']:.1%}",
+          f"{r['worst_points_vs_lru']:+.2f}", f"{r['max_ns_ratio_to_lru']:.2f}x") for r in report["summary"]],
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from pyagent_core.testing.eviction import EvictionConformance
+from pyagent_kvcache_policies.adaptive import AdaptivePolicy
 from pyagent_kvcache_policies.arc import ArcPolicy
 from pyagent_kvcache_policies.cost_aware import CostAwarePolicy
 from pyagent_kvcache_policies.fifo import FifoPolicy
@@ -63,3 +64,8 @@ class TestCostAware(PolicyKit):
 class TestTurnAware(PolicyKit):
     impl = TurnAwarePolicy
     spec = SPEC["turn-aware"]
+
+
+class TestAdaptive(PolicyKit):
+    impl = AdaptivePolicy
+    spec = SPEC["adaptive"]

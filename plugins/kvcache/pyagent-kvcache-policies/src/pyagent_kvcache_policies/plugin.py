@@ -16,6 +16,22 @@ def _spec(name: str, impl: str, summary: str, description: str = "", priority: i
                         priority=priority, options=options or {}, install_hint=INSTALL_HINT)
 
 
+TURN_AWARE_OPTIONS: dict[str, OptionSpec] = {
+    "small_fraction": OptionSpec(type=float, default=0.1, min=0.0, max=1.0,
+                                 help="initial share of the capacity for new blocks"),
+    "min_small_fraction": OptionSpec(type=float, default=0.002, min=0.0, max=1.0,
+                                     help="lowest share the small queue adapts to"),
+    "max_small_fraction": OptionSpec(type=float, default=0.9, min=0.0, max=1.0,
+                                     help="highest share the small queue adapts to"),
+    "step": OptionSpec(type=float, default=0.001, min=0.0, max=1.0,
+                       help="adaptation step, as a share of the capacity (at least 1 block)"),
+    "window": OptionSpec(type=float, default=0.05, min=0.0,
+                         help="ghost hits count for adaptation within window * capacity evictions"),
+    "ghost_factor": OptionSpec(type=float, default=8.0, min=0.0,
+                               help="evicted ids remembered, as a multiple of the capacity"),
+}
+"""Options of ``turn-aware``, which ``adaptive`` takes for its turn-aware expert too."""
+
 SPECS = (
     _spec("lru", "lru:LruPolicy", "Least recently used: evicts the block used longest ago.",
           "An OrderedDict from least to most recently used; a block given back by a request becomes "
@@ -51,19 +67,19 @@ SPECS = (
           "Evicts partial last blocks first; new blocks pass a small FIFO whose evicted ids are "
           "remembered long enough to recognise a conversation's next turn, which then enters the main "
           "FIFO; the small queue's share adapts to ghost hits. Uses the pool's BlockInfo.",
+          options=TURN_AWARE_OPTIONS),
+    _spec("adaptive", "adaptive:AdaptivePolicy",
+          "Follows whichever of LRU and turn-aware hits more: both order the blocks, sampled shadows decide.",
+          "LRU and turn-aware track the same blocks; shadow caches of each, fed a hashed sample of the "
+          "ids, count the hits one makes and the other misses, and the expert ahead picks the victims. "
+          "Takes turn-aware's options for its turn-aware expert. Uses the pool's BlockInfo.",
           options={
-              "small_fraction": OptionSpec(type=float, default=0.1, min=0.0, max=1.0,
-                                           help="initial share of the capacity for new blocks"),
-              "min_small_fraction": OptionSpec(type=float, default=0.002, min=0.0, max=1.0,
-                                               help="lowest share the small queue adapts to"),
-              "max_small_fraction": OptionSpec(type=float, default=0.9, min=0.0, max=1.0,
-                                               help="highest share the small queue adapts to"),
-              "step": OptionSpec(type=float, default=0.001, min=0.0, max=1.0,
-                                 help="adaptation step, as a share of the capacity (at least 1 block)"),
-              "window": OptionSpec(type=float, default=0.05, min=0.0,
-                                   help="ghost hits count for adaptation within window * capacity evictions"),
-              "ghost_factor": OptionSpec(type=float, default=8.0, min=0.0,
-                                         help="evicted ids remembered, as a multiple of the capacity"),
+              **TURN_AWARE_OPTIONS,
+              "sample": OptionSpec(type=float, default=1 / 16, min=1e-4, max=1.0,
+                                   help="share of the ids the shadow caches see (raised to hold 256 blocks)"),
+              "patience": OptionSpec(type=float, default=1.0, min=1e-3,
+                                     help="score limit, as a multiple of the shadow capacity: how long a "
+                                          "lead lasts after the traffic changes"),
           }),
 )
 

@@ -59,6 +59,10 @@ class TurnAwarePolicy(EvictionPolicy):
     def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
         """Queue ``block_id``: tails if partial, main if reused or remembered, else small."""
         self.check_insert(block_id)
+        self.admit(block_id, info)
+
+    def admit(self, block_id: int, info: BlockInfo | None) -> None:
+        """What :meth:`insert_with_info` does once it has checked that ``block_id`` may come in."""
         uses = self.recall.pop(block_id)
         if uses is not None:
             self.uses[block_id] = min(uses + 1, MAX_USES)
@@ -88,10 +92,33 @@ class TurnAwarePolicy(EvictionPolicy):
     def remove(self, block_id: int) -> None:
         """Stop tracking ``block_id``; when a request gives it back it enters main."""
         self.check_present(block_id)
-        for queue in (self.small, self.main, self.tails):
-            if queue.pop(block_id, True) is None:
-                break
+        self._dequeue(block_id)
         self.recall.keep(block_id, self.uses.pop(block_id))
+
+    def _dequeue(self, block_id: int) -> int:
+        """Take the present ``block_id`` out of its queue: 0 tails, 1 small, 2 main."""
+        if self.small.pop(block_id, True) is None:
+            return 1
+        if self.main.pop(block_id, True) is None:
+            return 2
+        del self.tails[block_id]
+        return 0
+
+    def discard(self, block_id: int) -> None:
+        """Evict the present ``block_id``, chosen by someone else, as :meth:`evict` would have.
+
+        It leaves its queue and is remembered in the ghost history like a victim of that queue (a
+        partial tail is not remembered). Raises :class:`EvictionError` if it is absent.
+        """
+        self.check_present(block_id)
+        where = self._dequeue(block_id)
+        del self.uses[block_id]
+        if where == 1:
+            self.evicted_small += 1
+            self._remember(block_id, True, self.evicted_small)
+        elif where == 2:
+            self.evicted_main += 1
+            self._remember(block_id, False, self.evicted_main)
 
     def forget(self, block_id: int) -> None:
         """Drop ``block_id`` from the ghost history and from the memory of taken blocks."""
