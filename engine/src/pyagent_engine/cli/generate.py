@@ -18,7 +18,7 @@ from pyagent_core.cli import parse as parse_cli
 from pyagent_core.cli.output import error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
-from pyagent_engine.cli import cache_flags, chat_parsing, constraints, input_file
+from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
@@ -154,6 +154,10 @@ def generate(
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
     eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
     offload_blocks: cache_flags.OffloadOpt = 0, schedule: cache_flags.ScheduleOpt = "fcfs",
+    max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
+    block_size: batch_flags.BlockSizeOpt = 16,
+    ignore_eos: Annotated[bool, typer.Option(
+        "--ignore-eos", help="Keep generating past end-of-sequence tokens, up to --max-tokens.")] = False,
 ) -> None:
     """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line.
 
@@ -172,11 +176,13 @@ def generate(
     structured = constraints.structured_params(json_schema, json_object, regex, choice, grammar, grammar_backend,
                                                no_grammar_fallback, structured_config)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                            seed=seed, stop=tuple(stop or ()), structured=structured,
+                            seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {})
+    engine_config = {
+        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
-                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler,
-                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
     check_sampling(llm, params)
     if input_path and llm.loaded.chat_template is not None:
