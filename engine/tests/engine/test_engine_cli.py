@@ -33,7 +33,50 @@ def test_input_file_runs_batched_and_a_bad_request_fails_alone(cli, tmp_path):
     assert sorted(r["request_id"] for r in records) == ["0", "1", "2"]
     failed = [r for r in records if r["error"]]
     assert len(failed) == 1 and "context" in failed[0]["error"]
-    assert "Traceback" not in result.stderr and "error: request 1:" in result.stderr
+    assert "Traceback" not in result.stderr and f"error: {prompts}:2: " in result.stderr
+
+
+def test_input_outputs_come_in_input_order_with_their_ids_and_bad_lines_fail_alone(cli, tmp_path):
+    """The too-long second prompt fails when it is added, before the first finishes, yet comes out second."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b"\xef\xbb\xbf" + "\n".join([
+        '{"id": 7, "messages": [{"role": "user", "content": "Say hi."}]}',
+        '{"custom_id": "long", "prompt": "' + "word " * 9000 + '"}',
+        '{"id": "no-content", "messages": [{"role": "user"}]}',
+        '{"messages": [{"role": "usr", "content": "hi"}]}',
+        "Name a color.",
+    ]).encode() + b"\ncaf\xe9\n")
+    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3, 4, 5]
+    assert [r.get("custom_id") for r in records] == [None, "long", None, None, None, None]
+    assert [r.get("id") for r in records] == [7, None, "no-content", None, None, None]
+    assert [r["finish_reason"] for r in records] == ["length", "error", "error", "error", "length", "error"]
+    assert records[0]["prompt"].startswith("<|im_start|>")  # the BOM did not turn line 1 into text
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors[0].startswith(f"error: {prompts}:2: ") and "context" in errors[0]
+    assert errors[1:] == [f"error: {prompts}:3: messages[0] (user) has no 'content'; "
+                          'give its text as "content": "..."',
+                      f"error: {prompts}:4: messages[0].role 'usr' is not a role of this model's chat template; "
+                      "use one of: assistant, system, tool, user",
+                      f"error: {prompts}:6: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8"]
+
+
+def test_input_strict_stops_before_generating(cli, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('Name a color.\n{"prompt": 3}\n')
+    result = cli("generate", "--input", str(prompts), "--strict", "--json", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"error: {prompts}:2: 'prompt' must be a non-empty string, got 3",
+                                          "error: 1 of 2 lines are bad; nothing was generated (--strict)"]
+
+
+@pytest.mark.parametrize(("make", "message"), [(lambda p: p / "none.txt", "no such file"),
+                                               (lambda p: p, "is a directory")])
+def test_input_that_is_not_a_file(cli, tmp_path, make, message):
+    result = cli("generate", "--input", str(make(tmp_path)), cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -67,3 +110,26 @@ def test_chat_keeps_the_history_and_reset_forgets_it(cli, tmp_path, llm_bf16):
     answer = reply(first)
     expected = [answer, reply(first, answer, second), reply(second)]
     assert result.stdout == "".join(text + "\n" for text in expected)
+
+
+def test_batch_flags_reach_the_engine(cli, tmp_path):
+    """One sequence at a time, the second copy finds the first's blocks: 26 tokens make 3 full blocks of 8."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is Paris. The capital of Italy is Rome. "
+                       "The capital of Germany is Berlin. The capital of Spain is\n" * 2)
+    result = cli("generate", "--input", str(prompts), "--raw", "--max-tokens", "2", "--json", "--prefix-caching",
+                 "--max-num-seqs", "1", "--block-size", "8", "--max-num-batched-tokens", "8", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert len(second["prompt_token_ids"]) == 26 and first["text"] == second["text"]
+    assert [first["cached_prompt_tokens"], second["cached_prompt_tokens"]] == [0, 24]
+    result = cli("generate", "hi", "--max-num-batched-tokens", "0", cwd=tmp_path)
+    assert result.returncode == 2 and "max_num_batched_tokens must be positive, got 0" in result.stderr
+
+
+def test_ignore_eos_generates_past_the_end_of_sequence(cli, tmp_path):
+    stopped, kept = (json.loads(cli("generate", "Say hi.", "--max-tokens", "40", "--json", *flags,
+                                    cwd=tmp_path).stdout) for flags in ((), ("--ignore-eos",)))
+    assert stopped["finish_reason"] == "stop" and len(stopped["output_token_ids"]) < 40
+    assert kept["finish_reason"] == "length" and len(kept["output_token_ids"]) == 40
+    assert kept["output_token_ids"][:len(stopped["output_token_ids"])] == stopped["output_token_ids"]

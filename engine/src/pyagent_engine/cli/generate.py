@@ -5,6 +5,7 @@ The engine (and torch) is imported inside the commands, so the rest of the CLI s
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -17,7 +18,7 @@ from pyagent_core.cli import parse as parse_cli
 from pyagent_core.cli.output import error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
-from pyagent_engine.cli import cache_flags, chat_parsing, constraints
+from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
@@ -46,10 +47,11 @@ KvOpt = Annotated[float, typer.Option("--kv-cache-gib", help="Memory for the KV 
 
 
 def _progress() -> Callable[[int, int, str], None]:
-    """A rich progress bar fed by the loader's callback (shown only during the first conversion)."""
+    """A rich progress bar on stderr fed by the loader's callback (shown only during the first conversion)."""
+    from rich.console import Console
     from rich.progress import Progress
 
-    bar = Progress(transient=True, console=None)
+    bar = Progress(transient=True, console=Console(stderr=True))
     task: list[Any] = []
 
     def update(done: int, total: int, what: str) -> None:
@@ -83,30 +85,6 @@ def check_sampling(llm: LLM, params: SamplingParams) -> None:
     from pyagent_engine.request import Request
 
     llm.engine.sampler.check_params(Request("cli", [0], params))
-
-
-def read_prompts(path: Path) -> list[Prompt]:
-    """Prompts from a file: plain text (one per line) or JSON lines with ``messages`` or ``prompt``."""
-    prompts: list[Prompt] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        if not line.lstrip().startswith("{"):
-            prompts.append(line)
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RequestError(f"{path}:{number}: invalid JSON ({exc.msg}); write one object per line") from None
-        if isinstance(record.get("messages"), list):
-            prompts.append(record["messages"])
-        elif isinstance(record.get("prompt"), str):
-            prompts.append(record["prompt"])
-        else:
-            raise RequestError(f'{path}:{number}: expected {{"messages": [...]}} or {{"prompt": "..."}}')
-    if not prompts:
-        raise RequestError(f"{path} holds no prompts")
-    return prompts
 
 
 def _record(output: RequestOutput, backends: dict[str, str]) -> dict[str, Any]:
@@ -155,7 +133,10 @@ def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams, chat: bool, sy
 
 def generate(
     prompt: Annotated[str | None, typer.Argument(help="The prompt (omit with --input).")] = None,
-    input_file: Annotated[Path | None, typer.Option("--input", help="Prompts file: text lines or JSON lines.")] = None,
+    input_path: Annotated[Path | None, typer.Option(
+        "--input", help="Prompts file: text lines or JSON lines (prompt or messages, optional id/custom_id).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help=(
+        "With --input, stop before generating if any line is bad (default: bad lines fail alone)."))] = False,
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
     attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128,
     temperature: TemperatureOpt = 0.0,
@@ -173,6 +154,10 @@ def generate(
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
     eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
     offload_blocks: cache_flags.OffloadOpt = 0, schedule: cache_flags.ScheduleOpt = "fcfs",
+    max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
+    block_size: batch_flags.BlockSizeOpt = 16,
+    ignore_eos: Annotated[bool, typer.Option(
+        "--ignore-eos", help="Keep generating past end-of-sequence tokens, up to --max-tokens.")] = False,
 ) -> None:
     """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line.
 
@@ -183,39 +168,80 @@ def generate(
 
     from pyagent_engine.params import SamplingParams
 
-    if (prompt is None) == (input_file is None):
+    if (prompt is None) == (input_path is None):
         raise RequestError("give a PROMPT or --input FILE (exactly one)")
-    prompts: list[Prompt] = read_prompts(input_file) if input_file else [prompt or ""]
+    lines = input_file.read_prompt_lines(input_path) if input_path else [input_file.PromptLine(0, 1, prompt or "")]
+    _stop_if_strict(lines, strict)
     structured_config = constraints.structured_config(grammar_order, grammar_timeout)
     structured = constraints.structured_params(json_schema, json_object, regex, choice, grammar, grammar_backend,
                                                no_grammar_fallback, structured_config)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                            seed=seed, stop=tuple(stop or ()), structured=structured,
+                            seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {})
+    engine_config = {
+        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
-                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler,
-                    cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
     check_sampling(llm, params)
+    if input_path and llm.loaded.chat_template is not None:
+        lines = input_file.check_roles(input_path, lines, llm.loaded.chat_template.roles)
+        _stop_if_strict(lines, strict)
     started = time.perf_counter()
-    single = len(prompts) == 1 and not json_out
-    finals = []
-    for output in _run(llm, prompts, params, not raw, system, stream_text=single):
-        finals.append(output)
-        if json_out:
-            record = {**_record(output, _backends(llm, [output])), "speculative": spec_cli.speculative_stats(llm)}
-            sys.stdout.write(json.dumps(record) + "\n")
-        elif single:
-            sys.stdout.write("\n")
-        elif output.error is None:
-            sys.stdout.write(f"--- [{output.request_id}] {output.finish_reason}\n{output.text}\n")
-        if output.error is not None:
-            error(f"request {output.request_id}: {output.error}")
+    single = input_path is None and not json_out
+    good = [line for line in lines if line.prompt is not None]
+    ready = {line.index: _line_failure(line) for line in lines if line.prompt is None}
+    finals: list[RequestOutput] = []
+    outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], params, not raw, system,
+                   stream_text=single)
+    for output in itertools.chain(outputs, [None]):  # None: the end, where failed lines left at the tail go out
+        if output is not None:
+            line = good[int(output.request_id)]
+            ready[line.index] = output
+        while len(finals) in ready:  # outputs in input order, each as soon as the ones before it are out
+            line, output = lines[len(finals)], ready.pop(len(finals))
+            if output.error is not None:  # a bad line's error names its line already
+                named = input_path is None or line.error is not None
+                error(output.error if named else f"{input_path}:{line.line}: {output.error}")
+            _emit(line, output, llm, json_out, single)
+            finals.append(output)
     llm.close()
     summary = _summary(finals, _backends(llm, finals), time.perf_counter() - started)
     typer.echo(summary + constraints.grammar_notes(finals) + spec_cli.speculative_notes(llm), err=True)
     if any(o.error is not None for o in finals):
         raise typer.Exit(2)
+
+
+def _stop_if_strict(lines: list[input_file.PromptLine], strict: bool) -> None:
+    """With ``strict``, print every bad line's error and stop when there is one."""
+    failed = [line.error for line in lines if line.error is not None]
+    if strict and failed:
+        for problem in failed:
+            error(problem)
+        raise RequestError(f"{len(failed)} of {len(lines)} lines are bad; nothing was generated (--strict)")
+
+
+def _line_failure(line: input_file.PromptLine) -> RequestOutput:
+    """The output of a line that could not become a request."""
+    from pyagent_engine.request import RequestOutput
+
+    return RequestOutput(request_id=f"line-{line.line}", prompt=None, prompt_token_ids=[], output_token_ids=[],
+                         text="", delta="", finished=True, finish_reason="error", error=line.error)
+
+
+def _emit(line: input_file.PromptLine, output: RequestOutput, llm: LLM, json_out: bool, single: bool) -> None:
+    """Write one finished output: a JSON record carrying the line's index and ids, or its text."""
+    if json_out:
+        record = {"index": line.index, **line.ids, **_record(output, _backends(llm, [output])),
+                  "speculative": spec_cli.speculative_stats(llm)}
+        sys.stdout.write(json.dumps(record) + "\n")
+    elif single:
+        sys.stdout.write("\n")
+    elif output.error is None:
+        name = " ".join(f"{key}={value}" for key, value in line.ids.items()) or f"line {line.line}"
+        sys.stdout.write(f"--- [{name}] {output.finish_reason}\n{output.text}\n")
+    sys.stdout.flush()
 
 
 def chat(

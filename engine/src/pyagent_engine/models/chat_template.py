@@ -9,15 +9,44 @@ on: ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_e
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
 import jinja2
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pyagent_core.errors import ChatTemplateError
+
+OPENAI_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _is_role(node: nodes.Node) -> bool:
+    """``message.role`` or ``message['role']`` (any variable)."""
+    if isinstance(node, nodes.Getattr):
+        return node.attr == "role"
+    return isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "role"
+
+
+def _strings(node: nodes.Node) -> set[str]:
+    if isinstance(node, nodes.Const) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (nodes.List, nodes.Tuple)):
+        return {s for item in node.items for s in _strings(item)}
+    return set()
+
+
+def template_roles(source: str) -> frozenset[str]:
+    """The role names ``source`` compares a message's role with (``message['role'] == 'user'``, ``in [...]``)."""
+    roles: set[str] = set()
+    for compare in _environment().parse(source).find_all(nodes.Compare):
+        operands = [compare.expr, *(op.expr for op in compare.ops)]
+        if any(_is_role(operand) for operand in operands):
+            roles.update(s for operand in operands for s in _strings(operand))
+    return frozenset(roles)
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -87,6 +116,11 @@ class ChatTemplate:
         except jinja2.TemplateError as error:
             raise ChatTemplateError(f"the model's chat template does not compile: {error}") from None
 
+    @functools.cached_property
+    def roles(self) -> frozenset[str]:
+        """The message roles this template takes: the OpenAI ones plus any other it names."""
+        return OPENAI_ROLES | template_roles(self.source)
+
     def render(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -109,5 +143,5 @@ class ChatTemplate:
             context["tools"] = list(tools)
         try:
             return str(self._template.render(context))
-        except jinja2.TemplateError as error:
+        except (jinja2.TemplateError, TypeError) as error:  # TypeError: e.g. a missing content added to a string
             raise ChatTemplateError(f"the model's chat template failed to render: {error}") from None
