@@ -64,19 +64,24 @@ class TestKimiK2(ReasoningParserConformance):
     markers = (*THINK, "<|tool_calls_section_begin|>")
 
 
+# Qwen3 may start its tool calls without closing its thinking: the call ends reasoning, stays content.
+QWEN3_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
 class TestQwen3(ReasoningParserConformance):
     impl = parser.Qwen3ReasoningParser
     spec = SPECS["qwen3"]
-    cases = OPENED
-    markers = THINK
+    cases = (*OPENED, Case(f"<think>\nI need the weather.\n{QWEN3_CALL}", reasoning="I need the weather.",
+                           content=QWEN3_CALL))
+    markers = (*THINK, "<tool_call>")
 
 
 class TestQwen3ForcedOpen(ReasoningParserConformance):
     impl = parser.Qwen3ReasoningParser
     spec = SPECS["qwen3"]
     options: ClassVar[dict[str, Any]] = {"forced_open": True}
-    cases = FORCED
-    markers = THINK
+    cases = (*FORCED, Case(f"I need the weather.{QWEN3_CALL}", reasoning="I need the weather.", content=QWEN3_CALL))
+    markers = (*THINK, "<tool_call>")
 
 
 class TestGlm45(ReasoningParserConformance):

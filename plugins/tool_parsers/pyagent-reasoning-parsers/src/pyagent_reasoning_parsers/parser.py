@@ -39,7 +39,8 @@ class DeepSeekR1ReasoningParser(ProgramReasoningParser):
 
 
 class Qwen3ReasoningParser(ProgramReasoningParser):
-    """Qwen3: ``<think>...</think>`` opening the reply; option ``forced_open`` when the template opened it."""
+    """Qwen3: ``<think>...</think>`` opening the reply (a ``<tool_call>`` also ends it); option ``forced_open``
+    when the template opened it."""
 
     def program(self) -> Program:
         """The forced-open variant when the option says so."""

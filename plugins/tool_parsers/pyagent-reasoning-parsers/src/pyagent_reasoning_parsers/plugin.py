@@ -37,7 +37,8 @@ def pyagent_register_reasoning_parsers(register: Callable[[ReasoningParserSpec],
     register(ReasoningParserSpec(
         name="qwen3",
         impl=f"{PACKAGE}:Qwen3ReasoningParser",
-        summary="<think>...</think> opening the reply (Qwen3); forced_open when the template opened it.",
+        summary="<think>...</think> opening the reply, ended by a <tool_call> too (Qwen3); forced_open when the "
+                "template opened it.",
         options={"forced_open": OptionSpec(
             type=bool, default=False, help="the chat template ends with <think> (Qwen3 thinking-2507 models)")},
         model_families=("qwen3",),

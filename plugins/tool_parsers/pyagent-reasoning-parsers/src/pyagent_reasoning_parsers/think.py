@@ -4,8 +4,8 @@ One declaration covers the families: which markers open and close the block, whe
 already opened it (DeepSeek-R1, MiniMax-M2 and Qwen3 thinking templates end with ``<think>``, so
 the reply starts inside the block and an opening marker in it is optional), and which markers end
 reasoning implicitly while staying in the content (Kimi-K2 may start its tool calls without
-closing its thinking). A block that is never closed is all reasoning; without an opening marker
-(and not forced) the whole reply is content.
+closing its thinking, and so may Qwen3 with ``<tool_call>``). A block that is never closed is all
+reasoning; without an opening marker (and not forced) the whole reply is content.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class ThinkFormat:
 
 THINK = ("<think>",), ("</think>",)
 DEEPSEEK_R1 = ThinkFormat(*THINK, forced_open=True)
-QWEN3 = ThinkFormat(*THINK)
-QWEN3_FORCED = ThinkFormat(*THINK, forced_open=True)
+QWEN3 = ThinkFormat(*THINK, implicit_close=("<tool_call>",))
+QWEN3_FORCED = ThinkFormat(*THINK, forced_open=True, implicit_close=("<tool_call>",))
 GLM45 = ThinkFormat(*THINK)
 KIMI_K2 = ThinkFormat(*THINK, forced_open=True, implicit_close=("<|tool_calls_section_begin|>",))
 MINIMAX_M2 = ThinkFormat(*THINK, forced_open=True)
