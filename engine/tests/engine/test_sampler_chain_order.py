@@ -9,6 +9,7 @@ import torch
 from pyagent_core.errors import OptionError, RequestError, SelectionError, UnknownBackendError
 from pyagent_core.registry import get_registry
 from pyagent_core.types import SamplerSpec
+from pyagent_engine.cli.sampler_flags import SAMPLER_FLAGS
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain, default_processor_order, parse_sampler_order
@@ -115,3 +116,22 @@ def test_tokens_do_not_depend_on_the_batch():
     assert batched[0] == alone[0]
     alone_two = run([[2]] * 6)
     assert batched[2] == alone_two[2]
+
+
+def test_a_parameter_no_sampler_reads_is_an_error_naming_the_closest():
+    chain = SamplerChain(get_registry(), VOCAB)
+    with pytest.raises(RequestError, match=r"unknown sampling parameter 'top_kk'.*did you mean 'top_k'\?"):
+        chain.check_params(Request("r", [1], SamplingParams(extra={"top_kk": 5})))
+    with pytest.raises(RequestError, match=r"'min_p': no sampler of the chain \(top_k,greedy,multinomial\)"):
+        SamplerChain(get_registry(), VOCAB, "top_k").check_params(
+            Request("r", [1], SamplingParams(extra={"min_p": 0.1})))
+
+
+@pytest.mark.parametrize("name", [flag.param for flag in SAMPLER_FLAGS])
+def test_every_sampler_flag_of_the_cli_is_a_parameter_the_default_chain_reads(name):
+    """The CLI's flag table is an independent list of the shipped samplers' parameters."""
+    for value in (0, 1, [1], {1: 1.0}, "x"):
+        try:
+            SamplerChain(get_registry(), VOCAB).check_params(Request("r", [1], SamplingParams(extra={name: value})))
+        except RequestError as error:
+            assert "unknown sampling parameter" not in str(error)
