@@ -74,7 +74,7 @@ class _ReadParams(dict[str, Any]):
         self.read.add(key)
         return super().__getitem__(key)
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
         return super().get(key, default)
 
