@@ -41,7 +41,7 @@ class UnknownBackendError(SelectionError, KeyError):
     """No installed plugin registered a backend of that kind under that name."""
 
     def __init__(self, kind: str, name: str, valid: Iterable[str], hint: str = "") -> None:
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.hint = kind, name, hint
         msg = f"no {kind} backend named {name!r}; choose one of: {_choices(valid)}"
         super().__init__(msg + (f" ({hint})" if hint else ""))
 

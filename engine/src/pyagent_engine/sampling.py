@@ -172,16 +172,19 @@ class SamplerChain:
             self.skipped = tuple(name for name in staged if name not in available)
         else:
             names = parse_sampler_order(processors)
-            for name in names:
-                if name not in known:
-                    hint = "greedy and multinomial end every chain by themselves" if name in (GREEDY, RANDOM) else ""
-                    raise UnknownBackendError("sampler processor", name, known, hint)
+            for name in names:  # NAME, or DIST:NAME where two distributions register NAME
+                try:
+                    if registry.get(SAMPLER, name).spec.selects_token:
+                        raise UnknownBackendError("sampler processor", name, known,
+                                                  "greedy and multinomial end every chain by themselves")
+                except UnknownBackendError as error:
+                    raise UnknownBackendError("sampler processor", name, known, error.hint) from None
         options = dict(options or {})
-        stray = sorted(set(options) - {*names, GREEDY, RANDOM})
+        stray = sorted(set(options) - {*names, *(n.rpartition(":")[2] for n in names), GREEDY, RANDOM})
         if stray:
             raise SelectionError(f"sampler options name {stray[0]!r}, which is not in the chain "
                                  f"({','.join(names) or 'no processors'}); add it to the sampler order")
-        self.selections = [registry.select(SAMPLER, name, options.get(name))
+        self.selections = [registry.select(SAMPLER, name, options.get(name, options.get(name.rpartition(":")[2])))
                            for name in (*names, GREEDY, RANDOM)]
         self.context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
         built = [registry.load(s.backend)(s.options, self.context) for s in self.selections]
