@@ -41,7 +41,7 @@ class UnknownBackendError(SelectionError, KeyError):
     """No installed plugin registered a backend of that kind under that name."""
 
     def __init__(self, kind: str, name: str, valid: Iterable[str], hint: str = "") -> None:
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.hint = kind, name, hint
         msg = f"no {kind} backend named {name!r}; choose one of: {_choices(valid)}"
         super().__init__(msg + (f" ({hint})" if hint else ""))
 
@@ -63,9 +63,13 @@ class BackendUnavailableError(SelectionError):
 class NoBackendError(SelectionError):
     """Nothing selected a backend of this kind and none is available to be the default."""
 
-    def __init__(self, kind: str, unavailable: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, kind: str, unavailable: Iterable[tuple[str, str]], blocked: str = "") -> None:
         self.kind = kind
         reasons = "; ".join(f"{name}: {reason}" for name, reason in unavailable)
+        if blocked:
+            super().__init__(f"no {kind} backend is available: {blocked}; allow a plugin of this kind in "
+                             "PYAGENT_PLUGINS (or unset it), see `pyagent plugins`")
+            return
         detail = f"installed but unavailable: {reasons}" if reasons else "none is installed"
         super().__init__(f"no {kind} backend is available ({detail}); install a plugin of this kind, "
                          "see `pyagent list` and the README's backend matrix")

@@ -297,7 +297,26 @@ class Registry:
         for kind in KINDS:
             for name, dists in self._clashes(kind).items():
                 out.append(str(AmbiguousBackendError(kind, name, dists)))
-        return out
+        return out + self._control_problems()
+
+    def _control_problems(self) -> list[str]:
+        """Names in ``PYAGENT_PLUGINS`` / ``PYAGENT_DISABLE_PLUGINS`` that match no installed plugin."""
+        installed = {canonicalize_name(n) for p in self.plugins()
+                     for n in (p.name.rpartition(":")[2], p.dist) if n}
+        choices = ", ".join(sorted(p.name for p in self.plugins()))
+        return [f"{variable} names {name!r}, which is no installed plugin or distribution; installed: {choices}"
+                for variable, names in (("PYAGENT_PLUGINS", self.control.allow),
+                                        ("PYAGENT_DISABLE_PLUGINS", self.control.deny))
+                for name in sorted(names - installed)]
+
+    def _blocked_hint(self, kind: str) -> str:
+        """Why no backend of ``kind`` registered, when plugin control blocked plugins (else empty)."""
+        blocked = [p.name for p in self.plugins() if p.status == STATUS_BLOCKED]
+        if not blocked or self._backends[kind]:
+            return ""
+        unknown = self._control_problems()
+        return (f"{len(blocked)} installed plugins are blocked by the plugin control variables "
+                f"(blocked: {', '.join(sorted(blocked))})" + (f"; {unknown[0]}" if unknown else ""))
 
     def _clashes(self, kind: str) -> dict[str, list[str]]:
         by_name: dict[str, list[str]] = {}
@@ -438,9 +457,16 @@ class Registry:
             default = self.default(kind_name)
             if default is None:
                 raise NoBackendError(kind_name, [(b.name, self.availability(b).reason or "")
-                                                 for b in self.backends(kind_name)])
+                                                 for b in self.backends(kind_name)], self._blocked_hint(kind_name))
             return self._with_options(default, f"default (priority {default.spec.priority})", options)
-        backend = self.get(kind_name, chosen)
+        try:
+            backend = self.get(kind_name, chosen)
+        except UnknownBackendError as exc:
+            if source == "argument":
+                raise
+            where = f"the {source} selects it; change it there, or run `pyagent use {kind_name} NAME`"
+            raise UnknownBackendError(kind_name, chosen, {b.name for b in self.backends(kind_name)},
+                                      "; ".join(filter(None, (where, exc.hint)))) from None
         verdict = self.availability(backend)
         if not verdict.available:
             raise BackendUnavailableError(kind_name, chosen, verdict.reason or "unavailable",

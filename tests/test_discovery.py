@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyagent_core.errors import AmbiguousBackendError, BackendUnavailableError, UnknownBackendError
+from pyagent_core.errors import AmbiguousBackendError, BackendUnavailableError, NoBackendError, UnknownBackendError
 from pyagent_core.registry import STATUS_BLOCKED, STATUS_FAILED, STATUS_OK
 
 
@@ -191,3 +191,15 @@ def test_load_plugins_is_idempotent(zoo, make_registry):
     first = registry.backends("sampler")
     registry.load_plugins()
     assert registry.backends("sampler") == first
+
+
+def test_an_allow_list_naming_no_installed_plugin_says_so(zoo, make_registry):
+    registry = make_registry({"PYAGENT_PLUGINS": "nosuch", "PYAGENT_DISABLE_PLUGINS": "good,typo"})
+    with pytest.raises(NoBackendError) as info:
+        registry.select("sampler")
+    message = str(info.value)
+    assert "none is installed" not in message and "installed plugins are blocked" in message
+    assert "PYAGENT_PLUGINS names 'nosuch', which is no installed plugin or distribution; installed: " in message
+    assert "allow a plugin of this kind in PYAGENT_PLUGINS" in message
+    assert {p.split(",")[0] for p in registry.problems() if "names '" in p} == {
+        "PYAGENT_PLUGINS names 'nosuch'", "PYAGENT_DISABLE_PLUGINS names 'typo'"}

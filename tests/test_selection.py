@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pyagent_core.config import write_selection
-from pyagent_core.errors import ConfigError, OptionError
+from pyagent_core.errors import ConfigError, OptionError, UnknownBackendError
 
 PLUGIN = """
     from pyagent_core import hookimpl, AttentionSpec, OptionSpec
@@ -128,3 +128,14 @@ def test_write_selection_keeps_other_tables(attn):
     write_selection(attn["project"], "attention", "low", {})
     text = attn["project"].read_text()
     assert 'backend = "low"' in text and 'backend = "top_k"' in text and "block_size = 8" in text
+
+
+@pytest.mark.parametrize("where", ["project", "env"])
+def test_an_unknown_backend_from_a_file_or_the_environment_names_where_it_came_from(make_registry, attn, where):
+    attn["project"].write_text('[attention]\nbackend = "nope"\n')
+    env = {"PYAGENT_ATTENTION": "nope"} if where == "env" else None
+    with pytest.raises(UnknownBackendError) as info:
+        select(make_registry, attn, env=env)
+    expected = f"project file {attn['project']}" if where == "project" else "environment PYAGENT_ATTENTION"
+    assert "no attention backend named 'nope'; choose one of: " in str(info.value)
+    assert f"(the {expected} selects it; change it there, or run `pyagent use attention NAME`)" in str(info.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -71,8 +72,9 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.kv_cache_gib <= 0:
-            raise ConfigError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
+        gib = self.kv_cache_gib
+        if not (isinstance(gib, (int, float)) and math.isfinite(gib) and gib > 0):
+            raise ConfigError(f"kv_cache_gib must be a positive number of GiB, got {gib}")
         check_cache_config(self)
 
 

@@ -12,7 +12,8 @@ names no processor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -60,6 +61,34 @@ def parse_sampler_order(order: str | Sequence[str]) -> tuple[str, ...]:
         raise SelectionError(f"the sampler order {','.join(names)!r} names {repeated[0]!r} twice; "
                              "name each processor once")
     return tuple(names)
+
+
+class _ReadParams(dict[str, Any]):
+    """A request's parameters that remember which names a sampler looked up (iterating reads them all)."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        super().__init__(params)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.read.update(self.keys())
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self.read.update(self.keys())
+        return super().items()
 
 
 class SamplerRows:
@@ -143,16 +172,19 @@ class SamplerChain:
             self.skipped = tuple(name for name in staged if name not in available)
         else:
             names = parse_sampler_order(processors)
-            for name in names:
-                if name not in known:
-                    hint = "greedy and multinomial end every chain by themselves" if name in (GREEDY, RANDOM) else ""
-                    raise UnknownBackendError("sampler processor", name, known, hint)
+            for name in names:  # NAME, or DIST:NAME where two distributions register NAME
+                try:
+                    if registry.get(SAMPLER, name).spec.selects_token:
+                        raise UnknownBackendError("sampler processor", name, known,
+                                                  "greedy and multinomial end every chain by themselves")
+                except UnknownBackendError as error:
+                    raise UnknownBackendError("sampler processor", name, known, error.hint) from None
         options = dict(options or {})
-        stray = sorted(set(options) - {*names, GREEDY, RANDOM})
+        stray = sorted(set(options) - {*names, *(n.rpartition(":")[2] for n in names), GREEDY, RANDOM})
         if stray:
             raise SelectionError(f"sampler options name {stray[0]!r}, which is not in the chain "
                                  f"({','.join(names) or 'no processors'}); add it to the sampler order")
-        self.selections = [registry.select(SAMPLER, name, options.get(name))
+        self.selections = [registry.select(SAMPLER, name, options.get(name, options.get(name.rpartition(":")[2])))
                            for name in (*names, GREEDY, RANDOM)]
         self.context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
         built = [registry.load(s.backend)(s.options, self.context) for s in self.selections]
@@ -170,13 +202,27 @@ class SamplerChain:
         self.greedy_prefix = max((i + 1 for i, inv in enumerate(invariant) if not inv), default=0)
 
     def check_params(self, request: Request) -> None:
-        """Raise :class:`RequestError` when a sampler of the chain rejects the request's parameters."""
-        added = AddedRequest(0, self.rows.params(request), request.prompt_token_ids, [])
+        """Raise :class:`RequestError` when a sampler of the chain rejects the request's parameters,
+        or when the request sets a parameter (``SamplingParams.extra``) that no sampler of the chain reads.
+
+        A sampler reads a parameter when its options schema has that name (a request's value overrides
+        the option) or when it looks the parameter up while checking the request (``row_state``).
+        """
+        params = _ReadParams(self.rows.params(request))
+        added = AddedRequest(0, params, request.prompt_token_ids, [])
         for sampler in (*self.processors, self.greedy, self.random):
             try:
                 sampler.row_state(added)
             except ValueError as error:
                 raise RequestError(str(error).replace("request at row 0: ", "")) from None
+        known = params.read | {key for s in self.selections for key in s.backend.spec.options}
+        unknown = sorted(set(request.params.extra) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise RequestError(f"unknown sampling parameter {unknown[0]!r}: no sampler of the chain "
+                               f"({','.join(self.names)}) reads it; {hint}parameters they read: "
+                               f"{', '.join(sorted(known))}")
 
     @property
     def names(self) -> list[str]:

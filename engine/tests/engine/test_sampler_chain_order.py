@@ -6,9 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyagent_core.errors import OptionError, RequestError, SelectionError, UnknownBackendError
-from pyagent_core.registry import get_registry
+from pyagent_core import hookimpl
+from pyagent_core.errors import (
+    AmbiguousBackendError,
+    OptionError,
+    RequestError,
+    SelectionError,
+    UnknownBackendError,
+)
+from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import SamplerSpec
+from pyagent_engine.cli.sampler_flags import SAMPLER_FLAGS
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain, default_processor_order, parse_sampler_order
@@ -115,3 +123,46 @@ def test_tokens_do_not_depend_on_the_batch():
     assert batched[0] == alone[0]
     alone_two = run([[2]] * 6)
     assert batched[2] == alone_two[2]
+
+
+def test_a_parameter_no_sampler_reads_is_an_error_naming_the_closest():
+    chain = SamplerChain(get_registry(), VOCAB)
+    with pytest.raises(RequestError, match=r"unknown sampling parameter 'top_kk'.*did you mean 'top_k'\?"):
+        chain.check_params(Request("r", [1], SamplingParams(extra={"top_kk": 5})))
+    with pytest.raises(RequestError, match=r"'min_p': no sampler of the chain \(top_k,greedy,multinomial\)"):
+        SamplerChain(get_registry(), VOCAB, "top_k").check_params(
+            Request("r", [1], SamplingParams(extra={"min_p": 0.1})))
+
+
+@pytest.mark.parametrize("name", [flag.param for flag in SAMPLER_FLAGS])
+def test_every_sampler_flag_of_the_cli_is_a_parameter_the_default_chain_reads(name):
+    """The CLI's flag table is an independent list of the shipped samplers' parameters."""
+    for value in (0, 1, [1], {1: 1.0}, "x"):
+        try:
+            SamplerChain(get_registry(), VOCAB).check_params(Request("r", [1], SamplingParams(extra={name: value})))
+        except RequestError as error:
+            assert "unknown sampling parameter" not in str(error)
+
+
+class _Registers:
+    """A plugin registering one sampler spec."""
+
+    def __init__(self, spec: SamplerSpec) -> None:
+        self.spec = spec
+
+    @hookimpl
+    def pyagent_register_samplers(self, register):
+        register(self.spec)
+
+
+def test_a_name_two_plugins_claim_is_chosen_in_the_order_as_the_error_advises():
+    top_k = get_registry().get("sampler", "top_k").spec
+    twins = [(plugin, _Registers(SamplerSpec(name="twin", impl=top_k.impl, options=dict(top_k.options))))
+             for plugin in ("twin-a", "twin-b")]
+    registry = Registry(plugins=twins)
+    with pytest.raises(AmbiguousBackendError, match="select one as DIST:NAME, one of: twin-a:twin, twin-b:twin"):
+        SamplerChain(registry, VOCAB, "twin")
+    chain = SamplerChain(registry, VOCAB, "twin-b:twin,temperature", options={"twin-b:twin": {"top_k": "3"}})
+    assert chain.selections[0].backend.plugin == "twin-b" and chain.processors[0].options["top_k"] == 3
+    with pytest.raises(UnknownBackendError, match="no sampler processor backend named 'twin-c:twin'"):
+        SamplerChain(registry, VOCAB, "twin-c:twin")

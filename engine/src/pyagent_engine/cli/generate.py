@@ -43,7 +43,8 @@ TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k most likely to
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Per-request seed for reproducible sampling.")]
 StopOpt = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
 SystemOpt = Annotated[str | None, typer.Option("--system", help="System message for chat-templated prompts.")]
-KvOpt = Annotated[float, typer.Option("--kv-cache-gib", help="Memory for the KV cache.")]
+KvOpt = Annotated[float, typer.Option(
+    "--kv-cache-gib", help="Memory for the KV cache, in GiB; checked against the memory available.")]
 
 
 def _progress() -> Callable[[int, int, str], None]:

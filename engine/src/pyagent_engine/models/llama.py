@@ -20,6 +20,7 @@ keep theirs for the next step of the same size, so a decode step spends its time
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -28,6 +29,7 @@ import torch
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_engine.memory import check_fits
 from pyagent_engine.models.checkpoint import Weight
 from pyagent_engine.models.config import ModelConfig
 from pyagent_kernels import run_prepared
@@ -83,8 +85,14 @@ def check_weights(config: ModelConfig, weights: Mapping[str, Weight]) -> None:
 def allocate_kv_caches(
     config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device = "cpu"
 ) -> list[torch.Tensor]:
-    """One zeroed paged cache per layer, ``[2, num_blocks, block_size, num_kv_heads, head_dim]``."""
+    """One zeroed paged cache per layer, ``[2, num_blocks, block_size, num_kv_heads, head_dim]``.
+
+    Raises :class:`ConfigError` when they would not fit in the memory ``device`` has available.
+    """
     shape = (2, num_blocks, block_size, config.num_kv_heads, config.head_dim)
+    nbytes = math.prod(shape) * dtype.itemsize * config.num_layers
+    check_fits(nbytes, torch.device(device), f"the KV cache ({num_blocks} blocks of {block_size} tokens)",
+               "lower kv_cache_gib (--kv-cache-gib)")
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
 
 
