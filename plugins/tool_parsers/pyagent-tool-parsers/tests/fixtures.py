@@ -42,6 +42,11 @@ CASES: dict[str, list[Case]] = {
         Case('<tool_call>{"name": "nope", "arguments": {}}</tool_call>', errors=1),
         Case('<tool_call>{"name": "add", "arguments": {"a": "one", "b": 2}}</tool_call>', errors=1),
         Case('<tool_call>no json here</tool_call>after', content="after", errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "hello"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "{hello world}"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "[oops"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"} tail text"}</tool_call>\n'
+             '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2.5}}</tool_call>', calls=[ADD], errors=1),
     ],
     "llama3_json": [
         PLAIN,
@@ -54,6 +59,7 @@ CASES: dict[str, list[Case]] = {
         Case('{"name": "get_weather", "parameters": {"city": "<|python_tag|>{"}}',
              calls=[("get_weather", {"city": "<|python_tag|>{"})]),
         Case('<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": ', errors=1),
+        Case('{"name": "get_weather", "parameters": {invalid json}', errors=1),
     ],
     "pythonic": [
         PLAIN,
@@ -153,6 +159,8 @@ CASES: dict[str, list[Case]] = {
         Case('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>', calls=[PARIS]),
         Case('<tool_calls>[\n{"name": "get_weather", "arguments": {"city": "東京 🌧", "unit": "celsius"}},\n'
              '{"name": "add", "arguments": {"a": 1, "b": 2.5}}\n]</tool_calls> ok', content="ok", calls=[TOKYO, ADD]),
+        Case('<tool_calls>[{"name": "get_weather", "arguments": "[oops"}, {"name": "add", "arguments": {"a": 1, "b": 2.5}}]'
+             '</tool_calls>', calls=[ADD], errors=1),
         Case('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa', errors=1),
     ],
     "glm45": [
