@@ -6,7 +6,7 @@ every other streamed call is one ``extract`` reports in ``errors``, left with ar
 not complete JSON (a stream cannot take text back).
 Streamed content equals extracted content. Texts: every fixture (malformed ones included), the
 shapes of vLLM's parser tests where pyagent used to disagree, and fuzz glued from those and the
-formats' markers.
+formats' markers. Then the XML formats must stream a long text parameter as it arrives.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyagent_core.interfaces.tool_parser import ToolParserContext
-from pyagent_core.testing.streaming import cut_points, odd_texts, stream
+from pyagent_core.testing.streaming import cut_points, merge_deltas, odd_texts, stream
 from pyagent_core.testing.support import kit_settings
+from pyagent_tool_parsers import parser
 
 KITS: dict[str, type[kits.FamilyKit]] = {
     name: kit for name, kit in vars(kits).items()
@@ -105,3 +106,23 @@ def test_streamed_calls_are_the_extracted_calls(kit: str, data: st.DataObject) -
     tools = data.draw(st.sampled_from([TOOLS, ()]), label="tools")
     check_agreement(cls, tools, text, cut_points(data, text))
 
+
+WRITE_FILE = ({"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
+    "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}},)
+CONTENT = "".join(f'def f{i}(x):\n    return "<{i}>" + x  # é \\ 東京 </para\n' for i in range(80))[:3584]
+
+
+@pytest.mark.parametrize("cls", [parser.Qwen3CoderToolParser, parser.Glm45ToolParser, parser.MinimaxM2ToolParser])
+def test_xml_formats_stream_a_long_text_parameter_as_it_arrives(cls: type[parser.FormatToolParser]) -> None:
+    arguments = {"path": "src/f.py", "content": CONTENT, "mode": 420}
+    context = ToolParserContext(tools=WRITE_FILE)
+    text = cls({}, context).render([("write_file", arguments)])
+    whole = cls({}, context).extract(text)
+    assert [(c.name, json.loads(c.arguments)) for c in whole.tool_calls] == [("write_file", arguments)]
+    streaming = cls({}, context)
+    deltas = [streaming.extract_delta(text[:i], text[i:i + 4]) for i in range(0, len(text), 4)]
+    deltas.append(streaming.finish(text))
+    carrying = [d for d in deltas if d is not None and any(f.arguments for f in d.tool_calls)]
+    assert len(carrying) >= len(CONTENT) // 4 * 0.9, f"{cls.__name__}: the arguments came in {len(carrying)} deltas"
+    merged = merge_deltas(deltas, cls.__name__)
+    assert merged.calls == (("write_file", whole.tool_calls[0].arguments),)
