@@ -68,13 +68,13 @@ def test_deltas_carry_each_call_once_and_add_up_to_the_result() -> None:
     out.args("{}")
     out.end_call()
     out.start_call("add", "call_model")  # a repeated id is replaced
-    out.args('{"a": "x"}')  # streamed, but invalid for the schema: left out of the result
+    out.args('{"a": "x"}')  # invalid for the schema: streamed without its closing brace, left out of the result
     out.end_call()
     second = out.take_delta()
     assert first is not None and second is not None and out.take_delta() is None
     assert first.content == "Sure." and [(d.index, d.id, d.name, d.arguments) for d in first.tool_calls] == [
         (0, "call_model", "add", '{"a"')]
-    assert [(d.index, d.name, d.arguments) for d in second.tool_calls] == [(0, None, ": 2}"), (1, "add", '{"a": "x"}')]
+    assert [(d.index, d.name, d.arguments) for d in second.tool_calls] == [(0, None, ": 2}"), (1, "add", '{"a": "x"')]
     assert second.tool_calls[1].id not in (None, "call_model")
     result = out.result()
     assert result.content == "Sure." and [(c.id, c.name, json.loads(c.arguments)) for c in result.tool_calls] == [
@@ -91,3 +91,26 @@ def test_a_failed_call_is_dropped_and_reported() -> None:
     result = out.result()
     assert result.tool_calls == () and result.errors == (
         "tool call 'f': the text ends inside the arguments", "a region without a call")
+
+
+def test_a_call_streams_only_json_and_appears_with_its_first_valid_text() -> None:
+    out = Emitter(ToolSet([]))
+    out.start_call("f")
+    out.args("hello")  # arguments given as a string that is no JSON object: reported, never streamed
+    out.args("{}")  # ignored
+    out.fail("its region breaks off later")  # the call was reported already
+    out.start_call("g")
+    out.args("{")
+    assert out.take_delta() is None  # "{" alone: the call is not shown until more is known
+    out.args('"k": tru')
+    delta = out.take_delta()
+    assert delta is not None and [(d.index, d.name, d.arguments) for d in delta.tool_calls] == [(0, "g", '{"k": ')]
+    out.args("e}")
+    delta = out.take_delta()  # the closing brace waits for the end of the call
+    assert delta is not None and [(d.index, d.arguments) for d in delta.tool_calls] == [(0, "true")]
+    out.end_call()
+    delta = out.take_delta()
+    assert delta is not None and [(d.index, d.arguments) for d in delta.tool_calls] == [(0, "}")]
+    result = out.result()
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("g", '{"k": true}')]
+    assert len(result.errors) == 1 and "'f'" in result.errors[0] and "must be a JSON object" in result.errors[0]

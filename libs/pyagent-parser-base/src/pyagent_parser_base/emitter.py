@@ -2,8 +2,15 @@
 
 A format reports what it reads (:meth:`Emitter.text`, :meth:`Emitter.start_call`, ...). The
 emitter keeps the whole message for :meth:`Emitter.result` and, for streaming, the pieces added
-since the last :meth:`Emitter.take_delta`. Both views come from the same events, so a stream's
-concatenated deltas equal the extracted message whenever no call failed.
+since the last :meth:`Emitter.take_delta`. Both views come from the same events.
+
+A call's arguments are checked as they arrive (:class:`~pyagent_parser_base.jsonprefix.ObjectPrefix`):
+the stream passes on only text that begins a JSON object, and a call appears in it (id and name)
+with the first such text. The bracket completing the arguments is held until the call ends and
+its arguments match the tool's schema. So, however the text is split, the streamed calls whose
+arguments are complete JSON are exactly the calls of :meth:`Emitter.result`; a call that fails
+after it began streaming is left with arguments that are not complete JSON, and is reported in
+``errors``.
 
 Channels trim the whitespace around their text (leading whitespace is dropped, trailing
 whitespace is held until more text follows), so text between and around markers (``"\\n"``
@@ -27,6 +34,8 @@ from pyagent_core.interfaces.tool_parser import (
     ToolCall,
     new_tool_call_id,
 )
+from pyagent_parser_base.jsonprefix import ObjectPrefix
+from pyagent_parser_base.source import Malformed
 
 
 class ToolSet:
@@ -69,7 +78,7 @@ class ToolSet:
         """Why ``arguments`` are not valid for ``name`` (JSON object, then its schema); ``None`` if valid."""
         try:
             value = json.loads(arguments)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             return f"its arguments are not valid JSON ({error}): {arguments[:200]!r}"
         if not isinstance(value, dict):
             return f"its arguments are not a JSON object: {arguments[:200]!r}"
@@ -142,10 +151,11 @@ class Channel:
 
 @attrs.define
 class _Call:
-    index: int
-    id: str
     name: str
+    id: str
+    check: ObjectPrefix = attrs.field(factory=ObjectPrefix)
     arguments: list[str] = attrs.field(factory=list)
+    index: int | None = None  # its number in the stream, once it appeared there
     ended: bool = False
     failed: bool = False
 
@@ -166,6 +176,7 @@ class Emitter:
         self.current: _Call | None = None
         self.rejecting = False
         self.calls_started = 0
+        self._streamed = 0
         self._ids: set[str] = set()
         self._fragments: list[DeltaToolCall] = []
 
@@ -193,16 +204,35 @@ class Emitter:
         if not call_id or call_id in self._ids:
             call_id = new_tool_call_id()
         self._ids.add(call_id)
-        self.current = _Call(len(self.calls), call_id, name)
+        self.current = _Call(name, call_id)
         self.calls.append(self.current)
-        self._fragments.append(DeltaToolCall(index=self.current.index, id=call_id, name=name))
 
     def args(self, text: str) -> None:
-        """The next piece of the current call's arguments (JSON text)."""
+        """The next piece of the current call's arguments (JSON text).
+
+        Arguments that cannot begin a JSON object fail the call (reported; the rest of its
+        arguments is ignored), while the format's reader goes on to the next call.
+        """
         call = self.current
         if call is None or not text:
             return
         call.arguments.append(text)
+        try:
+            released = call.check.feed(text)
+        except Malformed as failure:
+            self.fail(str(failure))
+            self.rejecting = True  # the call is reported: a failure of its region adds nothing
+            return
+        self._stream(call, released)
+
+    def _stream(self, call: _Call, text: str) -> None:
+        if not text:
+            return
+        if call.index is None:
+            call.index = self._streamed
+            self._streamed += 1
+            self._fragments.append(DeltaToolCall(index=call.index, id=call.id, name=call.name, arguments=text))
+            return
         last = self._fragments[-1] if self._fragments else None
         if last is not None and last.index == call.index:
             self._fragments[-1] = attrs.evolve(last, arguments=last.arguments + text)
@@ -210,11 +240,26 @@ class Emitter:
             self._fragments.append(DeltaToolCall(index=call.index, arguments=text))
 
     def end_call(self) -> None:
-        """The current call is complete."""
-        if self.current is not None:
-            self.current.ended = True
+        """The current call is complete: its arguments are checked (a JSON object matching the tool's schema)
+        and either its stream is completed or it is reported in ``errors``."""
+        call = self.current
         self.current = None
         self.rejecting = False
+        if call is None:
+            return
+        try:
+            rest = call.check.close()
+        except Malformed as failure:
+            call.failed = True
+            self.errors.append(f"tool call {call.name!r}: {failure}")
+            return
+        problem = self.tools.problem(call.name, "".join(call.arguments))
+        if problem is not None:
+            call.failed = True
+            self.errors.append(f"tool call {call.name!r}: {problem}")
+            return
+        call.ended = True
+        self._stream(call, rest)
 
     def fail(self, message: str) -> None:
         """What was being read could not be parsed: the current call (if any) is dropped and reported."""
@@ -236,16 +281,6 @@ class Emitter:
         return DeltaMessage(content=content, reasoning_content=reasoning, tool_calls=fragments)
 
     def result(self) -> ExtractedToolCalls:
-        """The whole message: content, the valid calls (arguments checked), and every error."""
-        calls = []
-        errors = list(self.errors)
-        for call in self.calls:
-            if call.failed:
-                continue
-            arguments = "".join(call.arguments)
-            problem = self.tools.problem(call.name, arguments)
-            if problem is not None:
-                errors.append(f"tool call {call.name!r}: {problem}")
-                continue
-            calls.append(ToolCall(name=call.name, arguments=arguments, id=call.id))
-        return ExtractedToolCalls(content=self.content.text(), tool_calls=calls, errors=errors)
+        """The whole message: content, the calls that ended with valid arguments, and every error."""
+        calls = [ToolCall(name=c.name, arguments="".join(c.arguments), id=c.id) for c in self.calls if c.ended]
+        return ExtractedToolCalls(content=self.content.text(), tool_calls=calls, errors=self.errors)

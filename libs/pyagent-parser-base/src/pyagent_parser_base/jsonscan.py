@@ -1,9 +1,9 @@
-"""Incremental JSON readers: strings, verbatim containers (streamed), skipped values, call objects.
+"""Incremental JSON readers: strings, containers (streamed as written), skipped values, call objects.
 
-Arguments are streamed verbatim: :func:`json_container` passes the model's own text of an object
-to the emitter as it arrives and stops at the matching close bracket, tracking only strings,
-escapes and bracket nesting. The extracted arguments are the same characters, so streaming and
-extraction agree by construction; whether the text is valid JSON is checked once the call ends.
+:func:`json_container` passes the model's own text of an object to the emitter as it arrives and
+stops at the matching close bracket, tracking only strings, escapes and bracket nesting. The
+extracted arguments are the same characters, so streaming and extraction agree by construction;
+the emitter checks the text is JSON as it arrives (:mod:`~pyagent_parser_base.jsonprefix`).
 """
 
 from __future__ import annotations

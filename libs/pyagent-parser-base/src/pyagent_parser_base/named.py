@@ -3,7 +3,7 @@
 One template string both parses and renders a call, e.g. DeepSeek-V3.1's
 ``"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"``. When reading, the literal
 parts are matched token by token, any whitespace allowed where the template has whitespace; the
-name runs up to the next literal; the arguments are streamed verbatim.
+name runs up to the next literal; the arguments are streamed as written.
 """
 
 from __future__ import annotations
@@ -16,7 +16,17 @@ import attrs
 
 from pyagent_parser_base.emitter import Emitter
 from pyagent_parser_base.jsonscan import dumps, json_arguments
-from pyagent_parser_base.source import Malformed, Source, Wait, expect, read_until, skip_space, starts_with
+from pyagent_parser_base.source import (
+    Malformed,
+    ParseFailure,
+    Source,
+    Wait,
+    expect,
+    read_until,
+    skip_space,
+    starts_with,
+    stream_until,
+)
 
 NameParser = Callable[[str], tuple[str, str | None]]
 """Turns the text in the name slot into ``(name, call id or None)``."""
@@ -60,6 +70,12 @@ class NamedCall:
         return _tokens(head), _tokens(middle), _tokens(tail)
 
     @property
+    def closer(self) -> str:
+        """The last literal of a call (where a call that cannot be read is skipped to); ``""`` if none."""
+        tail = self._parts[2]
+        return tail[-1] if tail else ""
+
+    @property
     def opener(self) -> str:
         """The first literal of a call (what a repeated call starts with); ``""`` if the name comes first."""
         head = self._parts[0]
@@ -92,11 +108,31 @@ class NamedCall:
         )
 
 
-def repeated(item: Callable[[Source, Emitter], Wait[None]], opener: str) -> Callable[[Source, Emitter], Wait[None]]:
-    """A body of any number of ``item`` s, each starting with ``opener``."""
+def _discard(_text: str) -> None:
+    """Drops the rest of a call that could not be read."""
+
+
+def repeated(item: Callable[[Source, Emitter], Wait[None]], opener: str, closer: str = "",
+             until: str = "") -> Callable[[Source, Emitter], Wait[None]]:
+    """A body of any number of ``item`` s, each starting with ``opener``.
+
+    With ``until`` (the marker ending the region), one call that cannot be read does not cost the
+    others: it is reported, and reading resumes after its ``closer`` or at the next ``opener``,
+    whichever comes first, never past ``until``. Without it, the failure ends the region.
+    """
 
     def body(src: Source, out: Emitter) -> Wait[None]:
         while (yield from skip_space(src)) is not None and (yield from starts_with(src, opener)):
-            yield from item(src, out)
+            begin = src.pos
+            try:
+                yield from item(src, out)
+            except ParseFailure as failure:
+                if not until or src.at_end():
+                    raise
+                out.fail(f"{failure}; in {src.snippet(begin)!r}")
+                src.pos = max(src.pos, begin + len(opener))
+                stop = yield from stream_until(src, tuple(s for s in (closer, opener, until) if s), _discard)
+                if stop is not None and stop != closer:
+                    src.pos -= len(stop)
 
     return body

@@ -4,8 +4,9 @@ Qwen3-Coder (``<function=NAME><parameter=KEY>VALUE</parameter></function>``), GL
 (``NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>``) and MiniMax-M2
 (``<invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke>``) differ only in their
 tags, so one :class:`XmlCall` reads and writes all three. Values are text; the tool's JSON schema
-says what type each one is (:func:`typed_value`). The arguments are streamed one parameter at a
-time as the JSON text ``{"key": value, ...}``.
+says what type each one is (:func:`typed_value`). The arguments are streamed as the JSON text
+``{"key": value, ...}``: a value that is text (:func:`keeps_text`) as it arrives, inside a JSON
+string; any other value once its closing tag has arrived, since its type depends on all of it.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from pyagent_parser_base.jsonscan import dumps
 from pyagent_parser_base.source import (
     Malformed,
     Source,
+    Truncated,
     Wait,
     accept,
     expect,
     read_until,
     skip_space,
     starts_with,
+    stream_until,
 )
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -50,6 +53,12 @@ def schema_types(schema: Mapping[str, Any] | None) -> set[str]:
     return types
 
 
+def keeps_text(schema: Mapping[str, Any] | None) -> bool:
+    """Whether a parameter with this schema is its text as it is (only strings, or nothing, are allowed)."""
+    types = schema_types(schema)
+    return not types or types == {"string"}
+
+
 def typed_value(text: str, schema: Mapping[str, Any] | None) -> Any:
     """A parameter's text as the value its schema asks for.
 
@@ -57,9 +66,9 @@ def typed_value(text: str, schema: Mapping[str, Any] | None) -> Any:
     as JSON (``True``/``False``/``None`` spelled the Python way too); a result of an allowed type is
     used, else the text itself when strings are allowed, else the JSON value as read.
     """
-    types = schema_types(schema)
-    if not types or types == {"string"}:
+    if keeps_text(schema):
         return text
+    types = schema_types(schema)
     stripped = text.strip()
     try:
         value = json.loads({"True": "true", "False": "false", "None": "null"}.get(stripped, stripped))
@@ -132,11 +141,14 @@ class XmlCall:
                 key_raw, _ = yield from read_until(src, self.key_close[:1], "a parameter's name", consume=False)
                 for literal in self.key_close:
                     yield from expect(src, literal, "what follows a parameter's name")
-                text, _ = yield from read_until(src, (self.value_close,), "a parameter's value")
                 key = _unquote(key_raw)
-                text = _trim_newline(text) if self.layout == "lines" else text
-                value = typed_value(text, out.tools.property_schema(name, key))
-                out.args(("{" if count == 0 else ", ") + f"{dumps(key)}: {dumps(value)}")
+                out.args(("{" if count == 0 else ", ") + f"{dumps(key)}: ")
+                schema = out.tools.property_schema(name, key)
+                if keeps_text(schema):
+                    yield from self._stream_text(src, out)
+                else:
+                    text, _ = yield from read_until(src, (self.value_close,), "a parameter's value")
+                    out.args(dumps(typed_value(_trim_newline(text) if self.layout == "lines" else text, schema)))
                 count += 1
             elif self.close and (yield from accept(src, self.close)):
                 break
@@ -147,6 +159,18 @@ class XmlCall:
                 break
         out.args("}" if count else "{}")
         out.end_call()
+
+    def _stream_text(self, src: Source, out: Emitter) -> Wait[None]:
+        """Stream a text value as a JSON string while it arrives, up to and including ``value_close``."""
+        stops: tuple[str, ...] = (self.value_close,)
+        if self.layout == "lines":
+            if (yield from starts_with(src, "\n")):
+                src.pos += 1
+            stops = ("\n" + self.value_close, self.value_close)
+        out.args('"')
+        if (yield from stream_until(src, stops, lambda piece: out.args(dumps(piece)[1:-1]))) is None:
+            raise Truncated(f"the text ends inside a parameter's value (no {self.value_close!r} follows)")
+        out.args('"')
 
     def render(self, name: str, arguments: Mapping[str, Any]) -> str:
         """One call written in this format (string values as they are, others as JSON)."""

@@ -42,6 +42,11 @@ CASES: dict[str, list[Case]] = {
         Case('<tool_call>{"name": "nope", "arguments": {}}</tool_call>', errors=1),
         Case('<tool_call>{"name": "add", "arguments": {"a": "one", "b": 2}}</tool_call>', errors=1),
         Case('<tool_call>no json here</tool_call>after', content="after", errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "hello"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "{hello world}"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "[oops"}</tool_call>', errors=1),
+        Case('<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"} tail text"}</tool_call>\n'
+             '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2.5}}</tool_call>', calls=[ADD], errors=1),
     ],
     "llama3_json": [
         PLAIN,
@@ -54,6 +59,7 @@ CASES: dict[str, list[Case]] = {
         Case('{"name": "get_weather", "parameters": {"city": "<|python_tag|>{"}}',
              calls=[("get_weather", {"city": "<|python_tag|>{"})]),
         Case('<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": ', errors=1),
+        Case('{"name": "get_weather", "parameters": {invalid json}', errors=1),
     ],
     "pythonic": [
         PLAIN,
@@ -65,6 +71,11 @@ CASES: dict[str, list[Case]] = {
         Case("[link](https://example.com) is a list?", content="[link](https://example.com) is a list?"),
         Case('[get_weather(city="Par', errors=1),
         Case('[get_weather("Paris")]', errors=1),
+        Case("[get_weather(city='x'])]", errors=1),
+        Case("[bad(x=b'z'), get_weather(city='San Francisco', metric='celsius')]",
+             calls=[("get_weather", {"city": "San Francisco", "metric": "celsius"})], errors=1),
+        Case("[add(a=1e999, b=1), get_weather(city='San Francisco')]", calls=[("get_weather", {"city": "San Francisco"})],
+             errors=1),
     ],
     "mistral": [
         PLAIN,
@@ -94,6 +105,8 @@ CASES: dict[str, list[Case]] = {
              "</tool_call>", calls=[("get_weather", {"city": "<tool_call><function=x>"})]),
         Case("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", errors=1),
         Case("<tool_call>\n<function=get_weather>\n<oops>\n</function>\n</tool_call>", errors=1),
+        Case("<tool_call>\n<function=get_weather>\n<oops>\n</function>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
+             "<parameter=b>\n2.5\n</parameter>\n</function>\n</tool_call> ok", content="ok", calls=[ADD], errors=1),
     ],
     "deepseek_v3": [
         PLAIN,
@@ -129,6 +142,12 @@ CASES: dict[str, list[Case]] = {
              '{"city": "<|tool_call_end|>"}<|tool_call_end|><|tool_calls_section_end|>',
              calls=[("get_weather", {"city": "<|tool_call_end|>"})]),
         Case('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{', errors=1),
+        Case('Help. <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+             '{"city": "Beijing"<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>'
+             '{"city": "Shanghai"}<|tool_call_end|><|tool_calls_section_end|>', content="Help.",
+             calls=[("get_weather", {"city": "Shanghai"})], errors=1),
+        Case('<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>{"a": 1 2}'
+             '<|tool_call_end|><|tool_calls_section_end|>Done.', content="Done.", errors=1),
     ],
     "granite": [
         PLAIN,
@@ -153,6 +172,8 @@ CASES: dict[str, list[Case]] = {
         Case('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>', calls=[PARIS]),
         Case('<tool_calls>[\n{"name": "get_weather", "arguments": {"city": "東京 🌧", "unit": "celsius"}},\n'
              '{"name": "add", "arguments": {"a": 1, "b": 2.5}}\n]</tool_calls> ok', content="ok", calls=[TOKYO, ADD]),
+        Case('<tool_calls>[{"name": "get_weather", "arguments": "[oops"}, {"name": "add", "arguments": {"a": 1, "b": 2.5}}]'
+             '</tool_calls>', calls=[ADD], errors=1),
         Case('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa', errors=1),
     ],
     "glm45": [
@@ -189,6 +210,9 @@ CASES: dict[str, list[Case]] = {
              '<parameter name="unit">celsius</parameter>\n</invoke>\n<invoke name="add">\n<parameter name="a">1</parameter>\n'
              '<parameter name="b">2.5</parameter>\n</invoke>\n</minimax:tool_call>', content="Sure.", calls=[TOKYO, ADD]),
         Case('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Pa', errors=1),
+        Case('<minimax:tool_call>\n<invoke name="add">\n<parameter name="a">one</parameter>\n<parameter name="b">2'
+             '</parameter>\n</invoke>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+             '</minimax:tool_call>', calls=[PARIS], errors=1),
     ],
     "gpt-oss": [
         Case("<|channel|>final<|message|>Just an answer.<|return|>", content="Just an answer."),

@@ -88,7 +88,8 @@ def render_mistral_list(calls: Calls) -> str:
 QWEN3_CODER_CALL = XmlCall(open="<function=", name_stops=(">",), name_close=">", param_open="<parameter=",
                            key_close=(">",), value_close="</parameter>", close="</function>")
 QWEN3_CODER = ToolFormat(
-    regions=(Region("<tool_call>", repeated(QWEN3_CODER_CALL.body, "<function="), end="</tool_call>"),
+    regions=(Region("<tool_call>", repeated(QWEN3_CODER_CALL.body, "<function=", "</function>", until="</tool_call>"),
+                    end="</tool_call>"),
              Region("<function=", QWEN3_CODER_CALL.body, in_body=True)),
     render=_each(lambda n, a: f"<tool_call>\n{QWEN3_CODER_CALL.render(n, a)}\n</tool_call>"),
 )
@@ -97,7 +98,7 @@ QWEN3_CODER = ToolFormat(
 def _section(begin: str, end: str, call: NamedCall, separator: str = "") -> ToolFormat:
     """A section of template calls between ``begin`` and ``end`` (DeepSeek, Kimi)."""
     return ToolFormat(
-        regions=(Region(begin, repeated(call.body, call.opener), end=end),),
+        regions=(Region(begin, repeated(call.body, call.opener, call.closer, until=end), end=end),),
         render=lambda calls: begin + call.render(calls, separator) + end,
     )
 
@@ -170,8 +171,8 @@ MINIMAX_M2_CALL = XmlCall(open="<invoke name=", name_stops=(">",), name_close=">
                           key_close=(">",), value_close="</parameter>", close="</invoke>", render_name='"{}"',
                           layout="inline")
 MINIMAX_M2 = ToolFormat(
-    regions=(Region("<minimax:tool_call>", repeated(MINIMAX_M2_CALL.body, "<invoke name="),
-                    end="</minimax:tool_call>"),),
+    regions=(Region("<minimax:tool_call>", repeated(MINIMAX_M2_CALL.body, "<invoke name=", "</invoke>",
+                                                    until="</minimax:tool_call>"), end="</minimax:tool_call>"),),
     render=lambda calls: "<minimax:tool_call>\n" + "\n".join(MINIMAX_M2_CALL.render_all(calls))
     + "\n</minimax:tool_call>",
 )

@@ -54,7 +54,7 @@ def pyagent_register_tool_parsers(register: Callable[[ToolParserSpec], None]) ->
             impl=f"{PACKAGE}:{cls}",
             summary=summary,
             description=(
-                "Streams tool calls (arguments verbatim as they arrive) and extracts them from whole "
+                "Streams tool calls (arguments as they arrive, checked to be JSON) and extracts them from whole "
                 "messages with the same reader; calls are checked against the request's tools."
             ),
             model_families=families,

@@ -1,8 +1,9 @@
 """Pythonic calls (Llama 3.2 / Llama 4): ``[get_weather(city="Paris"), add(a=1, b=2)]``.
 
-Each call's name is emitted as soon as its ``(`` arrives; its keyword arguments are read up to the
-matching ``)`` (quotes, escapes and nested brackets tracked), evaluated as Python literals with
-:mod:`ast` (never executed) and emitted as one JSON object.
+Each call's keyword arguments are read up to the matching ``)`` (quotes, escapes and nested
+brackets tracked), evaluated as Python literals with :mod:`ast` (never executed) and emitted, with
+the call's name, as one JSON object. A call whose arguments are not literals with a JSON
+equivalent (``b'z'``, ``1e999``, a positional argument) is reported; the calls around it are kept.
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ def python_list(src: Source, out: Emitter) -> Wait[None]:
         yield from expect(src, "(", f"the arguments of {name}")
         out.start_call(name)
         text = yield from _until_close(src)
-        out.args(json.dumps(keyword_arguments(text), ensure_ascii=False))
-        out.end_call()
+        try:
+            arguments = keyword_arguments(text)
+        except Malformed as failure:
+            out.fail(str(failure))  # this call only: the list goes on
+        else:
+            out.args(json.dumps(arguments, ensure_ascii=False))
+            out.end_call()
         if (yield from accept(src, "]")):
             return
         yield from expect(src, ",", "',' or ']' after a call")
