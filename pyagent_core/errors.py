@@ -139,8 +139,16 @@ class ConstraintTooLargeError(ConstraintError):
     """The constraint's text is larger than the configured limit."""
 
 
+class ConstraintTooDeepError(ConstraintError):
+    """The constraint's JSON nests deeper than the limit (checked before anything walks it recursively)."""
+
+
 class InvalidSchemaError(ConstraintError):
     """A JSON schema is not valid JSON, or not a valid JSON Schema (checked against its metaschema)."""
+
+
+class UnresolvedReferenceError(InvalidSchemaError):
+    """A ``$ref`` of a JSON schema points at nothing inside the schema (pyagent retrieves no remote schema)."""
 
 
 class RegexSyntaxError(ConstraintError):

@@ -11,18 +11,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import (
+    ConstraintTooDeepError,
     ConstraintTooLargeError,
     InvalidSchemaError,
     RegexSyntaxError,
+    UnresolvedReferenceError,
     UnsatisfiableConstraintError,
 )
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_engine.structured.cache import LRUCache
-from pyagent_engine.structured.checks import check_constraint, contradiction
+from pyagent_engine.structured.checks import MAX_JSON_DEPTH, check_constraint, contradiction, json_depth
 
 from .conftest import SCHEMAS
 
 LIMIT = 64 * 1024
+
+
+def nested_schema(levels: int) -> dict:
+    """An object schema whose required property ``a`` nests ``levels`` object schemas down to an integer."""
+    schema: dict = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
 
 
 @pytest.mark.parametrize(
@@ -49,6 +59,20 @@ LIMIT = 64 * 1024
         (ConstraintSpec(json_schema="false"), UnsatisfiableConstraintError, "the schema is false"),
         (ConstraintSpec(choice=["x" * (LIMIT + 1)]), ConstraintTooLargeError, f"over the limit of {LIMIT} bytes"),
         (ConstraintSpec(structural_tag="{oops"), InvalidSchemaError, "structural tag is not valid JSON"),
+        (ConstraintSpec(json_schema=nested_schema(100)), ConstraintTooDeepError,
+         f"nests 201 levels of objects and arrays, over the limit of {MAX_JSON_DEPTH}"),
+        (ConstraintSpec(json_schema="[" * 20000 + "]" * 20000), ConstraintTooDeepError,
+         r"JSON schema nests more than \d+ levels"),
+        (ConstraintSpec(structural_tag="[" * 100 + "]" * 100), ConstraintTooDeepError, "structural tag nests 100"),
+        (ConstraintSpec(json_schema={"properties": {"a": {"$ref": "#/definitions/missing"}}}),
+         UnresolvedReferenceError, "'#/definitions/missing' does not resolve: no location '/definitions/missing'"),
+        (ConstraintSpec(json_schema={"items": {"$ref": "#thing"}, "$defs": {"x": {"$anchor": "other"}}}),
+         UnresolvedReferenceError, "no \\$anchor 'thing'"),
+        (ConstraintSpec(json_schema={"$ref": "https://example.com/person.json"}), UnresolvedReferenceError,
+         "names a schema outside this one.*remote schemas are not fetched"),
+        (ConstraintSpec(json_schema={"$id": "https://example.com/root.json", "properties": {
+            "a": {"$id": "inner.json", "$ref": "#/$defs/x"}}, "$defs": {"x": {}}}),  # '#' is inner.json here
+         UnresolvedReferenceError, "'#/\\$defs/x' does not resolve"),
     ],
 )
 def test_bad_input_gets_its_specific_error(constraint, error, message):
@@ -66,6 +90,14 @@ def test_bad_input_gets_its_specific_error(constraint, error, message):
         {"$schema": "http://json-schema.org/draft-04/schema#",  # draft 4: exclusiveMinimum is a boolean
          "type": "number", "exclusiveMinimum": True, "minimum": 1, "maximum": 2},
         {"type": "string", "pattern": "\\p{L}+"},  # an escape Python lacks, left to the backends
+        nested_schema((MAX_JSON_DEPTH - 1) // 2),
+        {"$id": "https://example.com/root.json", "properties": {  # references as JSON Schema resolves them
+            "a": {"$ref": "#/$defs/x"}, "b": {"$ref": "#named"}, "c": {"$ref": "root.json#/$defs/x"},
+            "d": {"$id": "inner.json", "$defs": {"y": {}}, "items": {"$ref": "#/$defs/y"}},
+            "e": {"$ref": "inner.json#/$defs/y"}, "f": {"$ref": "#"}},
+         "$defs": {"x": {"$anchor": "named", "type": "integer"}}},
+        {"definitions": {"a/b": {"type": "integer"}, "%25": {}}, "items": [{"$ref": "#/definitions/a~1b"}],
+         "additionalItems": {"$ref": "#/definitions/%2525"}, "$schema": "http://json-schema.org/draft-07/schema#"},
     ],
 )
 def test_satisfiable_schemas_pass(schema):
@@ -88,6 +120,40 @@ def test_every_benchmark_schema_with_a_valid_instance_passes():
     if not checked:
         pytest.skip(f"no schemas under {SCHEMAS}")
     assert checked > 100
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(), lambda inner: (
+    st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3))))
+def test_json_depth_counts_levels_like_a_recursive_reference(value):
+    def reference(item):
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        return 0 if children is None else 1 + max(map(reference, children), default=0)
+
+    assert json_depth(value) == reference(value)
+
+
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH // 2 - 1, 100])
+def test_depth_limit_leaves_room_below_where_the_metaschema_check_recurses_too_deeply(levels):
+    """The limit holds the schemas ``jsonschema`` can still check (it raises RecursionError at 100 levels)."""
+    schema = nested_schema(levels)
+    validator = jsonschema.validators.validator_for(schema)
+    if levels < MAX_JSON_DEPTH:
+        validator.check_schema(schema)
+    else:
+        with pytest.raises(RecursionError):
+            validator.check_schema(schema)
+
+
+def test_dangling_refs_agree_with_jsonschema_resolving_them():
+    """Where the check finds a dangling $ref, jsonschema fails to resolve it when validating."""
+    from referencing.exceptions import Unresolvable
+
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/gone"}}, "$defs": {"here": {}}}
+    with pytest.raises(Unresolvable):
+        jsonschema.validate({"a": 1}, schema)
+    with pytest.raises(UnresolvedReferenceError):
+        check_constraint(ConstraintSpec(json_schema=schema), LIMIT)
 
 
 def test_contradiction_reads_exclusive_bounds():

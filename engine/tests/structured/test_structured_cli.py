@@ -33,11 +33,18 @@ def test_choice_record_and_summary_name_the_grammar_backend(cli, tmp_path):
         (("--json-schema", "missing.json"), "cannot read the JSON schema file missing.json"),
         (("--json-schema", "bad.json"), "the JSON schema is not valid JSON"),
         (("--regex", "(a"), "regex '(a' does not parse"),
+        (("--json-schema", "deep.json"), "the JSON schema nests 201 levels of objects and arrays, over the limit"),
+        (("--json-schema", "dangling.json"), "$ref '#/$defs/item' does not resolve"),
         (("--grammar-backend", "xgrammar"), "--grammar-backend and --no-grammar-fallback need a constraint"),
     ],
 )
 def test_bad_constraint_flags_fail_before_loading_the_model(cli, tmp_path, args, message):
     (tmp_path / "bad.json").write_text('{"type": ')
+    deep: dict = {"type": "integer"}
+    for _ in range(100):
+        deep = {"type": "object", "properties": {"a": deep}}
+    (tmp_path / "deep.json").write_text(json.dumps(deep))
+    (tmp_path / "dangling.json").write_text('{"type": "array", "items": {"$ref": "#/$defs/item"}}')
     result = cli("generate", "hi", *args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

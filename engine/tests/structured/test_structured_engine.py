@@ -132,6 +132,8 @@ def test_bad_requests_fail_before_generation_and_the_others_go_on(llm, monkeypat
         (constrained(ConstraintSpec(choice=["x" * 70_000])), "over the limit of 65536 bytes"),
         (constrained(ConstraintSpec(json_schema={"type": "integer", "minimum": 3, "maximum": 1})),
          "can never be met"),
+        (constrained(ConstraintSpec(json_schema="[" * 100 + "]" * 100)), "nests 100 levels of objects and arrays"),
+        (constrained(ConstraintSpec(json_schema={"items": {"$ref": "#/$defs/x"}})), "$ref '#/$defs/x' does not"),
         (constrained(ConstraintSpec(choice=CITIES), "test-empty"), "admits no output"),
         (constrained(ConstraintSpec(choice=CITIES), "test-refuse"), "no grammar backend can serve"),
         (constrained(ConstraintSpec(choice=CITIES), "no-such-backend"), "no grammar backend named 'no-such-backend'"),

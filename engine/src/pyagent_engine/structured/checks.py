@@ -1,7 +1,11 @@
 """Bad input caught before a constraint reaches any backend: size, JSON, JSON Schema, regex, contradictions.
 
 These checks are cheap and synchronous, so a malformed request fails when it is submitted with a
-specific :class:`~pyagent_core.errors.ConstraintError`, and no backend spends time on it. What they
+specific :class:`~pyagent_core.errors.ConstraintError`, and no backend spends time on it. The
+nesting depth is checked first, without recursion, because the metaschema check and every backend
+walk a schema recursively (a schema nested 100 levels deep used to end in ``RecursionError``);
+every ``$ref`` must resolve inside the schema, because a backend meeting a dangling one may fail
+only in the middle of generation. What they
 cannot see (a keyword no backend implements, a compile that runs too long) is found while
 compiling; an unsatisfiable constraint they miss is caught when its compiled grammar allows no
 first token (see :mod:`pyagent_engine.structured.orchestrator`).
@@ -11,17 +15,24 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyagent_core.errors import (
+    ConstraintTooDeepError,
     ConstraintTooLargeError,
     InvalidSchemaError,
     RegexSyntaxError,
+    UnresolvedReferenceError,
     UnsatisfiableConstraintError,
 )
 from pyagent_core.interfaces.grammar import ConstraintSpec
+
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of objects and arrays a JSON schema or structural tag may have (JSONSchemaBench's
+deepest schema nests 34 levels; the metaschema check recursed too deeply at 201)."""
 
 _BOUNDS = (
     # (types the keywords constrain, lower bound keyword, upper bound keyword)
@@ -66,13 +77,38 @@ def check_constraint(constraint: ConstraintSpec, max_bytes: int) -> None:
 
 
 def parse_json(text: str, what: str) -> Any:
-    """``text`` parsed as JSON; :class:`InvalidSchemaError` saying where it breaks."""
+    """``text`` parsed as JSON and no deeper than :data:`MAX_JSON_DEPTH`; :class:`InvalidSchemaError`
+    saying where it breaks, :class:`ConstraintTooDeepError` when it nests too deeply."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidSchemaError(
             f"the {what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; fix the JSON"
         ) from None
+    except RecursionError:  # the decoder recurses once per level: far past the limit
+        value = None
+        depth = f"more than {sys.getrecursionlimit()}"
+    else:
+        nesting = json_depth(value)
+        depth = str(nesting) if nesting > MAX_JSON_DEPTH else ""
+    if depth:
+        raise ConstraintTooDeepError(
+            f"the {what} nests {depth} levels of objects and arrays, over the limit of {MAX_JSON_DEPTH}; "
+            "flatten it (name repeated parts under $defs and point at them with $ref)"
+        )
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How many levels of objects and arrays ``value`` nests (0 for a scalar), found without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _regex_problem(pattern: str) -> str | None:
@@ -110,10 +146,17 @@ def _pattern_checker() -> Any:
 
 
 def check_json_schema(schema: Any) -> None:
-    """Validate ``schema`` against its metaschema, then look for contradictions every output must meet."""
+    """Check ``schema``'s depth, validate it against its metaschema, resolve every ``$ref``, then look
+    for contradictions every output must meet."""
     import jsonschema
     from jsonschema.validators import validator_for
 
+    depth = json_depth(schema)
+    if depth > MAX_JSON_DEPTH:
+        raise ConstraintTooDeepError(
+            f"the JSON schema nests {depth} levels of objects and arrays, over the limit of {MAX_JSON_DEPTH}; "
+            "flatten it (name repeated parts under $defs and point at them with $ref)"
+        )
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError(f"a JSON schema is an object or a boolean, got {type(schema).__name__} "
                                  f"{json.dumps(schema)[:60]}; give a schema object such as {{\"type\": \"object\"}}")
@@ -126,12 +169,49 @@ def check_json_schema(schema: Any) -> None:
             f"the JSON schema is not valid {validator.__name__.removesuffix('Validator')}: at {error.json_path}: "
             f"{error.message}{cause}; fix the schema (checked against its metaschema)"
         )
+    for ref, why in unresolved_refs(schema):
+        raise UnresolvedReferenceError(
+            f"the JSON schema's $ref {ref!r} does not resolve: {why}; define what it names "
+            "(under $defs) or fix the reference: remote schemas are not fetched"
+        )
     for path, subschema in required_subschemas(schema, "$"):
         problem = contradiction(subschema)
         if problem:
             raise UnsatisfiableConstraintError(
                 f"the JSON schema can never be met: at {path}: {problem}; relax the schema"
             )
+
+
+def unresolved_refs(schema: Any) -> Iterator[tuple[str, str]]:
+    """``($ref, why)`` for each ``$ref`` of ``schema`` that resolves to nothing inside it.
+
+    References are resolved as JSON Schema does (``referencing``, the library ``jsonschema`` uses):
+    against the base URI of the enclosing ``$id``, to JSON pointers, anchors and embedded resources.
+    Nothing is retrieved, so a reference to a schema outside the document is unresolved too.
+    """
+    from referencing import Registry
+    from referencing.exceptions import NoSuchAnchor, PointerToNowhere, Unresolvable
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    dialect = schema.get("$schema", "") if isinstance(schema, Mapping) else ""
+    spec = specification_with(dialect, default=DRAFT202012)
+    stack = [(schema, Registry().resolver_with_root(spec.create_resource(schema)))]
+    while stack:
+        subschema, resolver = stack.pop()
+        if not isinstance(subschema, Mapping):
+            continue
+        resolver = resolver.in_subresource(spec.create_resource(subschema))
+        ref = subschema.get("$ref")
+        if isinstance(ref, str):
+            try:
+                resolver.lookup(ref)
+            except PointerToNowhere as exc:
+                yield ref, f"no location {exc.ref!r} in it"
+            except NoSuchAnchor as exc:
+                yield ref, f"no $anchor {exc.anchor!r} in it"
+            except Unresolvable:
+                yield ref, "it names a schema outside this one"
+        stack.extend((child, resolver) for child in spec.subresources_of(subschema))
 
 
 def required_subschemas(schema: Any, path: str) -> Iterator[tuple[str, Any]]:

@@ -3,6 +3,7 @@ sample; the keyword check of strict mode."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -68,13 +69,19 @@ def test_non_strict_mode_compiles_unenforced_keywords() -> None:
     assert backend.supports(ConstraintSpec(json_schema={"type": "integer", "maximum": 3})) is None
 
 
-def test_internal_failure_raises_instead_of_ending_early() -> None:
-    # strict=false lets an untyped property through; the library fails on it once the key is read and
-    # would then offer only end-of-sequence.
+@pytest.mark.parametrize(("schema", "message"), [
+    # strict=false lets an untyped property through; the library fails on it once the key is read
+    ({"type": "object", "properties": {"a": {"description": "anything"}}, "required": ["a"]}, "Unsupported type"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/gone"}}, "required": ["a"]}, "No definitions found"),
+])
+def test_internal_failure_raises_without_logging_a_traceback(schema: dict[str, Any], message: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The library would log its traceback on the root logger (configuring it) and offer only end-of-sequence."""
     info = TestLmfe().tokenizer_info()
     backend = TestLmfe().make_backend(strict=False)
-    schema = {"type": "object", "properties": {"a": {"description": "anything"}}, "required": ["a"]}
     matcher = backend.compile(ConstraintSpec(json_schema=schema)).matcher()
-    with pytest.raises(RuntimeError, match="lm-format-enforcer failed"):
+    handlers = list(logging.getLogger().handlers)
+    with pytest.raises(RuntimeError, match=f"lm-format-enforcer failed after 2 tokens .*{message}"):
         for token in greedy_tokenize(info, '{"a": 1}'):
             assert matcher.accept_token(token)
+    assert not caplog.records and logging.getLogger().handlers == handlers

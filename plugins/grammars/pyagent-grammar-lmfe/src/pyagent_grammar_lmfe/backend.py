@@ -6,6 +6,11 @@ that decode to whole UTF-8 characters are given to it; the others (byte pieces o
 character) are never allowed. Each matcher owns a ``TokenEnforcer``, which caches the allowed tokens
 per prefix: rollback and reset just shorten the prefix. End-of-sequence is kept out of the prefix
 and only sets the matcher's ``terminated`` flag.
+
+When its parser fails on a schema it cannot walk, the library logs the traceback on the root logger
+(configuring logging first when nothing has) and offers only end-of-sequence. The matchers' enforcer
+turns such a failure into an exception instead, so nothing reaches the user's terminal and the
+request fails with the library's message.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from lmformatenforcer import (
     CharacterLevelParser,
     CharacterLevelParserConfig,
     JsonSchemaParser,
+    LMFormatEnforcerException,
     RegexParser,
     StringParser,
     TokenEnforcer,
@@ -88,11 +94,25 @@ def _whole_characters(token: bytes) -> str | None:
         return None
 
 
+class _RaisingEnforcer(TokenEnforcer):
+    """A ``TokenEnforcer`` whose parser failures propagate (as ``LMFormatEnforcerException``, which the
+    library re-raises) instead of being logged with a traceback and answered with end-of-sequence."""
+
+    def _collect_allowed_tokens(self, parser: CharacterLevelParser, tree_node: Any, allowed_tokens: Any,
+                                shortcut_key: Any) -> None:
+        try:
+            super()._collect_allowed_tokens(parser, tree_node, allowed_tokens, shortcut_key)
+        except LMFormatEnforcerException:
+            raise
+        except Exception as exc:
+            raise LMFormatEnforcerException(f"{type(exc).__name__}: {exc}") from exc
+
+
 class LmfeMatcher(GrammarMatcher):
     """One request's prefix of tokens, with the mask of the current prefix kept."""
 
     def __init__(self, compiled: LmfeCompiled) -> None:
-        self._enforcer = TokenEnforcer(compiled.data, compiled.parser)
+        self._enforcer = _RaisingEnforcer(compiled.data, compiled.parser)
         # TokenEnforcer replaces the parser's config with one holding the vocabulary's alphabet only.
         compiled.parser.config = compiled.config
         self._vocab_len = len(compiled.info.vocab)
@@ -107,23 +127,16 @@ class LmfeMatcher(GrammarMatcher):
         if self._mask is None:
             mask = np.zeros(self._words, dtype=np.uint32)
             if not self._terminated:
-                allowed = self._enforcer.get_allowed_tokens(self._tokens).allowed_tokens
-                self._check_not_failed(allowed)
+                try:
+                    allowed = self._enforcer.get_allowed_tokens(self._tokens).allowed_tokens
+                except LMFormatEnforcerException as exc:
+                    self._enforcer.prefix_states.pop(tuple(self._tokens), None)  # its allowed tokens were never set
+                    raise RuntimeError(f"lm-format-enforcer failed after {len(self._tokens)} tokens ({exc}); "
+                                       "the constraint cannot be served by this backend") from None
                 ids = np.fromiter(allowed, dtype=np.int64)
                 np.bitwise_or.at(mask, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
             self._mask = mask
         return self._mask
-
-    def _check_not_failed(self, allowed: list[int]) -> None:
-        """Raise where the library failed internally: it then offers only end-of-sequence although
-        its parser cannot end, which would cut the output short."""
-        if len(allowed) <= len(self._eos) and set(allowed) <= self._eos:
-            parser = self._enforcer.prefix_states[tuple(self._tokens)].parser
-            if not parser.can_end():
-                raise RuntimeError(
-                    f"lm-format-enforcer failed after {len(self._tokens)} tokens (see its logged error) and would "
-                    "end the output here; the constraint cannot be served by this backend"
-                )
 
     def accept_token(self, token_id: int) -> bool:
         """Append ``token_id`` to the prefix when the current mask allows it."""
