@@ -38,7 +38,7 @@ def test_a_tiny_run_reports_every_part(llm):
     if "xgrammar" not in {b.name for b in llm.engine.registry.available("grammar")}:
         pytest.skip("pyagent-grammar-xgrammar is not installed")
     settings = GrammarBenchSettings(backends=("xgrammar",), schemas=2, max_tokens=12, mask_limit=2,
-                                    overhead_schemas=1, max_schema_chars=300)
+                                    overhead_schemas=1, max_schema_chars=300, jump_forward=True)
     report = run_grammar_benchmark(settings, llm)
     assert report["masks"]["backends"]["xgrammar"]["schemas"] == 2
     overhead = report["overhead"]["xgrammar"]
@@ -47,3 +47,9 @@ def test_a_tiny_run_reports_every_part(llm):
     assert sum(e2e[k] for k in ("valid", "invalid", "truncated", "refused", "error")) == e2e["schemas"] == 2
     assert 0 <= e2e["jump_forward_tokens"] <= e2e["output_tokens"] <= 2 * 12
     assert e2e["ratio"] > 0 and e2e["met"] == (e2e["ratio"] >= 0.9)
+    jump = report["jump_forward"]["xgrammar"]
+    assert jump["requests"] == 4  # two schemas, compact and free whitespace
+    assert jump["off"]["forced_tokens"] == 0 and jump["on"]["differ_from_off"] == 0
+    for mode in ("on", "retokenized"):
+        assert 0 <= jump[mode]["forced_tokens"] <= jump[mode]["output_tokens"] <= 4 * 12
+    assert not vars(llm.engine.structured).get("jump_forward"), "the peer's rule was left installed"

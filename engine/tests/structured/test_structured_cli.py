@@ -25,6 +25,17 @@ def test_choice_record_and_summary_name_the_grammar_backend(cli, tmp_path):
     assert f"grammar={grammar['backend']}" in summary and "jump-forward tokens" in summary
 
 
+def test_no_jump_forward_samples_every_token_and_writes_the_same(cli, tmp_path):
+    if find_embedded_gguf() is None or not get_registry().available("grammar"):
+        pytest.skip("needs the embedded model and a grammar backend plugin")
+    args = ("generate", "Is the sky blue? Answer yes or no.", "--choice", "yes,no", "--max-tokens", "4", "--json")
+    records = [json.loads(cli(*args, *extra, cwd=tmp_path).stdout) for extra in ((), ("--no-jump-forward",))]
+    on, off = records
+    assert on["grammar"]["jump_forward_tokens"] >= 1  # end-of-sequence, alone in the mask after a choice
+    assert off["grammar"]["jump_forward_tokens"] == 0
+    assert (off["text"], off["finish_reason"]) == (on["text"], on["finish_reason"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

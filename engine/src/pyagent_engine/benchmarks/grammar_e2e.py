@@ -12,6 +12,8 @@
   same prompts, each request held to the token count its constrained run produced (``ignore_eos``),
   so both runs do the same forward passes; the ratio is constrained tok/s over unconstrained tok/s
   (goal >= 0.9). Constrained time includes compiling (cold cache) and the tokens jump-forward appended.
+- **jump-forward** (``jump_forward=True``): the same schemas, compact and free whitespace, with jump-forward
+  off, on and under the earlier rule (:mod:`pyagent_engine.benchmarks.jump_forward`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class GrammarBenchSettings:
         mask_limit: schemas for the mask benchmark (``None``: all of them).
         overhead_schemas: schemas whose valid instances are walked for the per-token overhead.
         max_schema_chars: longer schemas (as JSON text) are left out: the prompt shows the schema.
+        jump_forward: also compare jump-forward off, on and the earlier rule on the end-to-end schemas.
     """
 
     backends: tuple[str, ...] = ()
@@ -55,12 +58,13 @@ class GrammarBenchSettings:
     mask_limit: int | None = None
     overhead_schemas: int = 20
     max_schema_chars: int = 3000
+    jump_forward: bool = False
 
     @classmethod
-    def quick(cls, backends: Sequence[str] = ()) -> GrammarBenchSettings:
+    def quick(cls, backends: Sequence[str] = (), jump_forward: bool = False) -> GrammarBenchSettings:
         """A smoke test: a few schemas and tokens."""
         return cls(backends=tuple(backends), schemas=3, max_tokens=24, mask_limit=3, overhead_schemas=2,
-                   max_schema_chars=600)
+                   max_schema_chars=600, jump_forward=jump_forward)
 
 
 def _spread(cases: list[SchemaCase], count: int) -> list[SchemaCase]:
@@ -227,6 +231,11 @@ def run_grammar_benchmark(settings: GrammarBenchSettings, llm: LLM | None = None
             "overhead": {name: measure_overhead(engine, name, overhead_cases) for name in names},
             "end_to_end": {name: run_end_to_end(engine, name, e2e_cases, settings.max_tokens) for name in names},
         }
+        if settings.jump_forward:
+            from pyagent_engine.benchmarks.jump_forward import compare_jump_forward
+
+            report["jump_forward"] = {name: compare_jump_forward(engine, name, e2e_cases, settings.max_tokens)
+                                      for name in names}
     finally:
         if owned:
             engine.close()
@@ -273,3 +282,15 @@ def print_report(report: dict[str, Any]) -> None:
           _cell(r["ratio"], 2, "x"), "-" if r["met"] is None else "yes" if r["met"] else "no")
          for name, r in report["end_to_end"].items()],
     )
+    if "jump_forward" in report:
+        from pyagent_engine.benchmarks.jump_forward import MODES as modes
+
+        print_table(
+            "jump-forward: the end-to-end schemas in compact and free whitespace, greedy; off, on (a token alone "
+            "in the mask) and the earlier rule (the backend's forced text, retokenized)",
+            ["backend", "requests", *(f"{m} forced share" for m in modes[1:]), *(f"{m} tok/s" for m in modes),
+             "on / off tok/s", *(f"{m} outputs != off" for m in modes[1:])],
+            [(name, r["requests"], *(_cell(r[m]["forced_share"], 3) for m in modes[1:]),
+              *(_cell(r[m]["tok_s"]) for m in modes), _cell(r["on_over_off"], 2, "x"),
+              *(r[m]["differ_from_off"] for m in modes[1:])) for name, r in report["jump_forward"].items()],
+        )

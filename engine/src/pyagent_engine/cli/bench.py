@@ -355,6 +355,9 @@ def grammars(
     mask_schemas: Annotated[int | None, typer.Option(
         min=1, help="Schemas for compile and mask times (default: all).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few schemas and tokens: a smoke test.")] = False,
+    jump_forward: Annotated[bool, typer.Option("--jump-forward", help="Also generate the schemas with jump-forward "
+                                               "off, on and under the earlier rule: forced share, tok/s, "
+                                               "outputs that differ.")] = False,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -362,8 +365,8 @@ def grammars(
     from pyagent_engine.benchmarks.grammar_e2e import GrammarBenchSettings, print_report, run_grammar_benchmark
 
     names = tuple(backend or ())
-    settings = (GrammarBenchSettings.quick(names) if quick else GrammarBenchSettings(
-        backends=names, schemas=schemas, max_tokens=max_tokens, mask_limit=mask_schemas))
+    settings = (GrammarBenchSettings.quick(names, jump_forward) if quick else GrammarBenchSettings(
+        backends=names, schemas=schemas, max_tokens=max_tokens, mask_limit=mask_schemas, jump_forward=jump_forward))
     report = run_grammar_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return

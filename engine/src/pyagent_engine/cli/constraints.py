@@ -35,6 +35,8 @@ GrammarOrderOpt = Annotated[str | None, typer.Option("--grammar-order", help="Fa
                                                      "comma-separated backend names.")]
 GrammarTimeoutOpt = Annotated[float, typer.Option("--grammar-timeout", help="Seconds a constraint may take "
                                                   "to compile before its request fails.")]
+NoJumpForwardOpt = Annotated[bool, typer.Option("--no-jump-forward", help="Sample every token, also those a "
+                                                "constraint forces (a token alone in the mask).")]
 
 DIALECTS = {".lark": "lark", ".gbnf": "gbnf"}
 
@@ -84,11 +86,12 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     return StructuredOutputParams(constraint=constraint, backend=backend, fallback=not no_fallback)
 
 
-def structured_config(order: str | None, timeout: float) -> StructuredConfig:
-    """Engine-wide structured-output settings from ``--grammar-order`` and ``--grammar-timeout``."""
+def structured_config(order: str | None, timeout: float, no_jump_forward: bool = False) -> StructuredConfig:
+    """Engine-wide structured-output settings from ``--grammar-order``, ``--grammar-timeout`` and
+    ``--no-jump-forward``."""
     from pyagent_engine.structured.orchestrator import StructuredConfig
 
-    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout)
+    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout, jump_forward=not no_jump_forward)
 
 
 def grammar_backends(finals: Sequence[RequestOutput]) -> str | None:

@@ -5,15 +5,24 @@ engine polls each step and admits the ready ones, and fails those whose compile 
 the time limit, while every other request keeps running. Each step, the rows of the sampled batch
 that belong to constrained requests get their bitmask row filled by the request's matcher and
 applied to the logits with the ``pyagent-kernels`` bitmask kernel, before the sampler chain. The
-sampled token is accepted into the matcher; then, with jump-forward on, text the backend reports as
-forced is tokenized, accepted and appended without sampling (counted per request).
+sampled token is accepted into the matcher; then, with jump-forward on, the tokens the grammar forces
+are accepted and appended without sampling (counted per request).
+
+Jump-forward forces a token only when it is the single token the grammar allows (one bit set in the
+request's bitmask row): the masked logits then have one finite entry, so sampling could choose
+nothing else, and greedy output is the same token for token with jump-forward on or off. Text a
+backend reports as forced (``GrammarMatcher.jump_forward``) is not retokenized and appended: the
+model, choosing among every tokenization the mask allows, may split it differently (``":"`` as
+``":`` then ``"``), and from there the context and the output drift. The row filled to find that
+more than one token is allowed is kept and serves the next step's mask, so checking costs no
+extra bitmask fill.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -45,6 +54,8 @@ class RequestGrammar:
     compiled: CompiledConstraint
     requested: str
     jump_forward_tokens: int = 0
+    next_row: torch.Tensor | None = None
+    """The bitmask row of the matcher's current state, when jump-forward filled it (cleared on every move)."""
 
     def report(self) -> StructuredReport:
         """This request's :class:`StructuredReport`."""
@@ -58,7 +69,7 @@ class StructuredOutputs:
 
     Args:
         registry: where grammar backends come from.
-        tokenizer: the model's tokenizer (jump-forward text is tokenized with it).
+        tokenizer: the model's tokenizer (its byte table is what grammar backends see).
         eos_token_ids: the model's end-of-sequence tokens.
         vocab_size: the model's logits width.
         config: fallback order, cache, limits, jump-forward.
@@ -165,8 +176,12 @@ class StructuredOutputs:
         bitmask = self._bitmask[: shape[0]]
         for row in rows:
             request = requests[row]
+            state = self.active[request.request_id]
             try:
-                self.active[request.request_id].matcher.fill_bitmask(bitmask, row)
+                if state.next_row is not None and state.next_row.shape[0] == shape[1]:
+                    bitmask[row] = state.next_row
+                else:
+                    state.matcher.fill_bitmask(bitmask, row)
             except Exception as exc:  # one backend failing on one request must not stop the batch
                 bitmask[row] = 0
                 self._failed[request.request_id] = self._failure(request, "fill_bitmask", exc)
@@ -197,6 +212,7 @@ class StructuredOutputs:
         failed = self._failed.get(request.request_id)
         if failed is not None:
             return failed
+        state.next_row = None
         try:
             accepted = state.matcher.accept_token(token)
         except Exception as exc:  # a backend bug fails this request only
@@ -206,28 +222,31 @@ class StructuredOutputs:
                     "this is a bug of that backend, try another one")
         return None
 
-    def jump_forward(self, request: Request) -> list[int]:
-        """Tokens of the text the grammar forces next, already accepted into the matcher and counted.
+    def jump_forward(self, request: Request) -> Iterator[int]:
+        """The tokens the grammar forces next, each accepted into the matcher and counted as it is yielded.
 
-        The forced text is tokenized on its own; its tokens are accepted in order until the
-        matcher refuses one (a tokenization the grammar does not allow), and those accepted are
-        returned for the engine to append without sampling. Empty when nothing is forced, the
-        backend has no jump-forward, or jump-forward is off.
+        A token is forced while it is the only one the grammar allows (see the module doc); the first
+        state that allows several tokens (or none) ends the run and its row is kept for the next
+        step's mask. Lazy: the engine stops pulling once the request finishes, and nothing past the
+        last token it appended is accepted. Nothing is forced when jump-forward is off.
         """
         state = self.active.get(request.request_id)
-        if state is None or not self.config.jump_forward or not state.compiled.spec.jump_forward:
-            return []
-        tokens: list[int] = []
-        try:
-            forced = state.matcher.jump_forward()
-            for token in self.tokenizer.encode(forced, add_special_tokens=False) if forced else ():
+        if state is None or not self.config.jump_forward:
+            return
+        while True:
+            row = torch.zeros(bitmask_shape(1, self.vocab_size), dtype=torch.int32)
+            try:
+                state.matcher.fill_bitmask(row, 0)
+                token = only_allowed(row[0])
+                if token is None:
+                    state.next_row = row[0]
+                    return
                 if not state.matcher.accept_token(token):
-                    break
-                tokens.append(token)
-        except Exception:  # jump-forward only saves forward passes: keep what was accepted, the next mask
-            pass  # (filled and checked by apply_masks) judges whether the backend still works
-        state.jump_forward_tokens += len(tokens)
-        return tokens
+                    return
+            except Exception:  # jump-forward only saves forward passes: the next mask (filled and
+                return  # checked by apply_masks) judges whether the backend still works
+            state.jump_forward_tokens += 1
+            yield token
 
     # --- speculative decoding --------------------------------------------------------------------
 
@@ -248,6 +267,7 @@ class StructuredOutputs:
         if not state.compiled.spec.rollback:
             raise RequestError(f"grammar backend {state.compiled.backend!r} cannot roll back tokens; "
                                "use a backend with rollback (xgrammar) for speculative decoding")
+        state.next_row = None
         state.matcher.rollback(num_tokens)
 
     def draft_bitmask(self, request: Request, draft: Sequence[int]) -> torch.Tensor:
@@ -289,3 +309,15 @@ class StructuredOutputs:
         """Stop the compile pool."""
         if self._orchestrator is not None:
             self._orchestrator.close()
+
+
+def only_allowed(row: torch.Tensor) -> int | None:
+    """The token id whose bit is the only one set in the bitmask ``row`` (``int32 [words]``), else ``None``."""
+    words = row.nonzero()
+    if len(words) != 1:
+        return None
+    index = int(words[0, 0])
+    word = int(row[index]) & 0xFFFFFFFF
+    if word & (word - 1):
+        return None
+    return index * 32 + word.bit_length() - 1
