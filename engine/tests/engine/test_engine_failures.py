@@ -217,3 +217,22 @@ def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(cli, tm
     named = cli("generate", "Say hi.", "--attention", "tp_broken", env=env, cwd=tmp_path)
     assert named.returncode == 2 and "Traceback" not in named.stderr
     assert "attention backend 'tp_broken' is not available" in named.stderr
+
+
+def test_an_error_outside_the_isolated_stages_fails_the_running_requests(llm_bf16, reference, monkeypatch):
+    """A scheduler that raises on its third step ends the two running requests; the LLM goes on."""
+    scheduler = llm_bf16.engine.scheduler
+    free, schedule, calls = scheduler.pool.num_free, scheduler.schedule, []
+
+    def flaky_schedule():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("scheduler bug")
+        return schedule()
+
+    monkeypatch.setattr(scheduler, "schedule", flaky_schedule)
+    outputs = llm_bf16.generate(PROMPTS[:2], GREEDY, chat=True)
+    assert [o.error for o in outputs] == ["engine step failed: RuntimeError: scheduler bug"] * 2
+    assert [len(o.output_token_ids) for o in outputs] == [2, 2]
+    assert scheduler.pool.num_free == free
+    assert llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0].output_token_ids == reference[PROMPTS[0]]
