@@ -33,7 +33,14 @@ class SharedEngine:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Engine]:
-        """Hold the engine for the ``with`` block."""
+        """Hold the engine for the ``with`` block.
+
+        Raises :class:`RuntimeError` on the thread that holds it already (a hook that generates with
+        the engine it was called from), which would otherwise wait for itself forever.
+        """
+        if self._owner == threading.get_ident():
+            raise RuntimeError("this LLM is already running a step on this thread (a hook or sampler calling "
+                               "generate/stream on the engine that called it); use another LLM, or another thread")
         with self._lock:
             self._owner = threading.get_ident()
             try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pyagent_core import hookimpl
 from pyagent_core.errors import BackendUnavailableError
 from pyagent_core.registry import Registry
 from pyagent_engine.attention_choice import AttentionFallbackWarning
@@ -236,3 +237,25 @@ def test_an_error_outside_the_isolated_stages_fails_the_running_requests(llm_bf1
     assert [len(o.output_token_ids) for o in outputs] == [2, 2]
     assert scheduler.pool.num_free == free
     assert llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0].output_token_ids == reference[PROMPTS[0]]
+
+
+class GeneratingHook:
+    """A plugin that generates with the engine whose hook it is, which cannot work."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+
+    @hookimpl
+    def pyagent_request_added(self, engine, request):
+        self.llm.generate(["Hello"], GREEDY)
+
+
+def test_generating_from_inside_the_engine_is_refused_not_a_deadlock(llm_bf16, reference):
+    hook = GeneratingHook(llm_bf16)
+    llm_bf16.engine.registry.pm.register(hook, name="generating-hook")
+    try:
+        with pytest.warns(UserWarning, match="generating-hook.*already running a step on this thread"):
+            output = llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0]
+    finally:
+        llm_bf16.engine.registry.pm.unregister(hook)
+    assert output.output_token_ids == reference[PROMPTS[0]]
