@@ -58,14 +58,22 @@ class SharedEngine:
             self._abort(request)
         self._orphans.clear()
         outputs = self.engine.step()
+        self._deliver(outputs)
+        if not outputs and not self.engine.has_unfinished() and self._queues:
+            raise RuntimeError(f"the engine has no work left but requests {sorted(self._queues)} never finished")
+
+    def close(self) -> None:
+        """Close the engine; the requests still running end with ``finish_reason == "abort"``."""
+        with self.locked() as engine:
+            self._deliver(engine.close())
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
             queue = self._queues.get(output.request_id)
             if queue is not None:
                 queue.append(output)
                 if output.finished:
                     del self._queues[output.request_id]
-        if not outputs and not self.engine.has_unfinished() and self._queues:
-            raise RuntimeError(f"the engine has no work left but requests {sorted(self._queues)} never finished")
 
     def _abort(self, request: Request) -> None:
         if not request.finished:

@@ -259,3 +259,23 @@ def test_generating_from_inside_the_engine_is_refused_not_a_deadlock(llm_bf16, r
     finally:
         llm_bf16.engine.registry.pm.unregister(hook)
     assert output.output_token_ids == reference[PROMPTS[0]]
+
+
+def test_closing_the_llm_ends_the_calls_of_other_threads_with_abort(engine_factory):
+    llm = engine_factory("bfloat16", kv_cache_gib=0.02)
+    outputs: list[RequestOutput] = []
+    first = threading.Event()
+
+    def read() -> None:
+        for output in llm.stream([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=500, ignore_eos=True)):
+            first.set()
+            outputs.append(output)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert first.wait(timeout=60)
+    llm.close()
+    reader.join(timeout=60)
+    assert not reader.is_alive() and outputs[-1].finish_reason == "abort"
+    assert 0 < len(outputs[-1].output_token_ids) < 500
+    assert llm.engine.scheduler.pool.num_free == llm.engine.num_blocks
