@@ -433,9 +433,10 @@ class Engine:
             num_cached_tokens=request.num_cached_tokens, structured=self.structured.report(request),
         )
 
-    def close(self) -> None:
-        """Abort what is left and fire ``pyagent_engine_stopped``."""
-        for request in [*self.scheduler.running, *self.scheduler.waiting, *self.structured.pending_requests()]:
-            self.abort(request)
+    def close(self) -> list[RequestOutput]:
+        """Abort what is left (their final outputs are returned) and fire ``pyagent_engine_stopped``."""
+        aborted = [self.abort(request) for request in
+                   [*self.scheduler.running, *self.scheduler.waiting, *self.structured.pending_requests()]]
         self.structured.close()
         self._fire("pyagent_engine_stopped")
+        return aborted

