@@ -7,7 +7,7 @@ backend holding its options::
     backend = "paged"
 
     [attention.paged]
-    block_size = 32
+    threads = 2
 
 The project file is the nearest ``pyagent.toml`` in the working directory or its parents. The user
 file is ``$PYAGENT_USER_CONFIG``, else ``$XDG_CONFIG_HOME/pyagent/config.toml``, else

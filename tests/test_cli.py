@@ -100,3 +100,17 @@ def test_doctor_reports_libraries_and_the_engines_checks_through_the_hook(cli, i
     checks = {check["name"]: check for check in data["checks"]}  # pyagent-engine's pyagent_doctor_checks
     assert isinstance(checks["C kernels"]["ok"], bool) and checks["C kernels"]["detail"]
     assert checks["embedded model"]["ok"] is True and checks["embedded model"]["detail"].endswith(".gguf")
+
+
+def test_parse_refuses_output_that_is_not_utf8_and_drops_a_bom(cli, isolated, tmp_path):
+    latin1, bom = tmp_path / "latin1.txt", tmp_path / "bom.txt"
+    latin1.write_bytes("ok\ncafé".encode("latin-1"))
+    bom.write_bytes("\ufeffhello".encode())
+    result = cli("parse", "--tool-parser", "hermes", "--input", str(latin1), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr == f"error: {latin1} is not UTF-8 (byte 0xe9 on line 2); convert it first, e.g. " \
+                            "iconv -f latin1 -t utf-8\n"
+    result = cli("parse", "--tool-parser", "hermes", "--input", str(bom), "--json", cwd=tmp_path)
+    assert result.returncode == 0 and json.loads(result.stdout)["content"] == "hello"
+    result = cli("parse", "--tool-parser", "hermes", "--input", str(tmp_path / "none.txt"), cwd=tmp_path)
+    assert result.returncode == 2 and "cannot read" in result.stderr and "Traceback" not in result.stderr

@@ -7,6 +7,7 @@ then exits with status 1.
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 from pathlib import Path
@@ -42,6 +43,24 @@ def read_tools(path: Path | None) -> list[dict[str, Any]]:
     return tools
 
 
+def read_output(path: Path | None) -> str:
+    """The model output to parse: ``path``'s text, or stdin's; UTF-8 (a byte-order mark is dropped).
+
+    Raises :class:`RequestError` for a file that cannot be read or bytes that are not UTF-8.
+    """
+    where = str(path) if path else "stdin"
+    try:
+        data = path.read_bytes() if path else sys.stdin.buffer.read()
+    except OSError as exc:
+        raise RequestError(f"cannot read {where}: {exc.strerror}") from None
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise RequestError(f"{where} is not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); "
+                           "convert it first, e.g. iconv -f latin1 -t utf-8") from None
+
+
 def parse(
     tool_parser: ToolParserOpt = None,
     reasoning_parser: ReasoningOpt = None,
@@ -61,8 +80,7 @@ def parse(
         tool_options=parse_assignments(tool_parser_opt or []),
         reasoning_options=parse_assignments(reasoning_parser_opt or []),
     )
-    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
-    message = parser.parse(text)
+    message = parser.parse(read_output(input_file))
     if json_out:
         print_json(message.to_openai())
     else:

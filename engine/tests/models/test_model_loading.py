@@ -223,3 +223,71 @@ def test_read_only_cache_still_loads(gguf_path: Path, tmp_path: Path, monkeypatc
     with pytest.warns(UserWarning, match="could not write the model conversion cache"):
         checkpoint, from_cache = loader.read_model(gguf_path)
     assert not from_cache and checkpoint.config.num_layers == 30
+
+
+def _tiny_llama_gguf(path: Path, tokens: list[str] | None, merges: list[str] = (), **strings: str) -> Path:
+    """A tiny llama GGUF with a byte-level BPE vocabulary ``tokens`` (none: no tokenizer) and string keys."""
+    writer = GGUFWriter(path, arch="llama")
+    writer.add_block_count(1)
+    writer.add_context_length(32)
+    for key, value in strings.items():
+        writer.add_string(f"llama.{key}", value)
+    if "embedding_length" not in strings:
+        writer.add_embedding_length(8)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    if tokens is not None:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(tokens)
+        writer.add_token_merges(list(merges))
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(("tokens", "merges", "strings", "message"), [
+    (None, [], {}, "has no tokenizer: its metadata lacks tokenizer.ggml.tokens"),
+    (["a", "b", "ab", "c"], ["a b", "a zz"], {},
+     "tokenizer.ggml.merges[1] ('a zz') names 'zz', which is not in the vocabulary"),
+    (["a", "b", "ab", "c"], ["a c"], {}, "tokenizer.ggml.merges[0] ('a c') names 'ac', which is not in"),
+    (["a", "b", "ab", "c"], ["ab"], {}, "tokenizer.ggml.merges[0] is 'ab'; each merge must be two tokens"),
+    (["a", "b", "ab", "c"], [], {"embedding_length": "abc"},
+     'llama.embedding_length must be a positive integer, got "abc"'),
+])
+def test_malformed_gguf_names_file_key_and_expectation(tmp_path: Path, tokens, merges, strings, message) -> None:
+    path = _tiny_llama_gguf(tmp_path / "bad.gguf", tokens, merges, **strings)
+    with pytest.raises(ModelFormatError) as caught:
+        load_model(path, use_cache=False)
+    assert str(caught.value).startswith(f"{path}") and message in str(caught.value)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"hidden_size": "abc"}, 'hidden_size must be a positive integer, got "abc"'),
+    ({"hidden_size": None}, "hidden_size must be a positive integer, got null"),
+    ({"num_hidden_layers": 2.5}, "num_hidden_layers must be a positive integer, got 2.5"),
+    ({"vocab_size": True}, "vocab_size must be a positive integer, got true"),
+    ({"rms_norm_eps": "1e-5"}, 'rms_norm_eps must be a finite number, got "1e-5"'),
+    ({"tie_word_embeddings": "yes"}, 'tie_word_embeddings must be true or false, got "yes"'),
+    ({"eos_token_id": ["2"]}, 'eos_token_id must be an integer, got "2"'),
+    ({"rope_scaling": "none"}, 'rope_scaling must be an object or null, got "none"'),
+    ({"max_position_embeddings": -1}, "max_position_embeddings must be a positive integer, got -1"),
+])
+def test_config_json_values_of_the_wrong_type_name_file_and_key(checkpoint: Checkpoint, tmp_path: Path,
+                                                                 change, message) -> None:
+    """Checked before any weight is read: a folder with empty weight and tokenizer files is enough."""
+    (tmp_path / "config.json").write_text(json.dumps(checkpoint.config.to_hf_dict() | change))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelFormatError) as caught:
+        load_model(tmp_path)
+    assert str(caught.value) == f"{tmp_path / 'config.json'}: {message}"
+
+
+def test_config_json_nulls_that_mean_the_default_are_taken(checkpoint: Checkpoint) -> None:
+    data = checkpoint.config.to_hf_dict() | {"num_key_value_heads": None, "head_dim": None, "rope_scaling": None}
+    config = ModelConfig.from_hf_dict(data, "x")
+    assert (config.num_kv_heads, config.head_dim) == (config.num_heads, config.hidden_size // config.num_heads)

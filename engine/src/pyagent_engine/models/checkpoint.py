@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_engine.models.chat_template import ChatTemplate
-from pyagent_engine.models.config import ModelConfig
+from pyagent_engine.models.config import ModelConfig, token_ids
 from pyagent_engine.models.tokenizer import Tokenizer
 from pyagent_kernels.quantized import QuantizedWeight
 
@@ -113,10 +113,11 @@ def read_checkpoint(folder: Path) -> Checkpoint:
             f"{folder} is not a model checkpoint: it lacks {', '.join(missing)} (a checkpoint folder holds "
             f"{CONFIG_FILE}, *.safetensors and {TOKENIZER_FILE}; or pass a .gguf file)"
         )
-    config = ModelConfig.from_hf_dict(_read_json(folder / CONFIG_FILE), name=folder.name)
+    config = ModelConfig.from_hf_dict(_read_json(folder / CONFIG_FILE), name=folder.name,
+                                      where=str(folder / CONFIG_FILE))
     if (folder / GENERATION_CONFIG_FILE).is_file():
         eos = _read_json(folder / GENERATION_CONFIG_FILE).get("eos_token_id")
-        extra = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        extra = token_ids(eos, "eos_token_id", str(folder / GENERATION_CONFIG_FILE))
         config = attrs.evolve(config, eos_token_ids=tuple(dict.fromkeys([*config.eos_token_ids, *extra])))
     weights: dict[str, Weight] = {}
     for shard in shards:

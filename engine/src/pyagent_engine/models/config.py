@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -26,6 +28,33 @@ def check_architecture(architecture: str, where: str) -> None:
             f"{where} is a {architecture!r} model; pyagent runs these architectures: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+
+
+T = TypeVar("T", int, float, bool)
+
+_EXPECTED = {int: "an integer", float: "a finite number", bool: "true or false"}
+
+
+def checked(value: Any, kind: type[T], key: str, where: str, *, positive: bool = False) -> T:
+    """``value`` (the model file's ``key``) when it is a ``kind``; else :class:`ModelFormatError` naming
+    ``where`` (the file), the key, what was expected and the value found. Integers stand for floats."""
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and positive:
+        ok = value > 0
+    if not ok:
+        expected = ("a positive " + _EXPECTED[kind].removeprefix("an ").removeprefix("a ")) if positive \
+            else _EXPECTED[kind]
+        shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+        raise ModelFormatError(f"{where}: {key} must be {expected}, got {shown}")
+    return kind(value)
+
+
+def token_ids(value: Any, key: str, where: str) -> tuple[int, ...]:
+    """The ids of ``value``: one token id, a list of them, or null (none); else :class:`ModelFormatError`."""
+    values = value if isinstance(value, list) else [] if value is None else [value]
+    return tuple(checked(v, int, key, where) for v in values)
 
 
 @attrs.frozen
@@ -90,41 +119,49 @@ class ModelConfig:
         return float(self.head_dim**-0.5)
 
     @classmethod
-    def from_hf_dict(cls, data: Mapping[str, Any], name: str) -> ModelConfig:
-        """Read a Hugging Face ``config.json`` of a Llama-family model.
+    def from_hf_dict(cls, data: Mapping[str, Any], name: str, where: str | None = None) -> ModelConfig:
+        """Read a Hugging Face ``config.json`` of a Llama-family model (``where``: its path, for messages).
 
         Raises :class:`UnsupportedModelError` for another architecture or a rope scaling pyagent
-        does not implement, :class:`ModelFormatError` when a required key is missing.
+        does not implement, :class:`ModelFormatError` naming the file and the key when a required key
+        is missing or a value has the wrong type.
         """
-        check_architecture(str(data.get("model_type")), f"config.json of {name!r}")
+        where = where or f"config.json of {name!r}"
+        check_architecture(str(data.get("model_type")), where)
         rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise ModelFormatError(f"{where}: rope_scaling must be an object or null, got {json.dumps(rope)}")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
             raise UnsupportedModelError(
-                f"config.json of {name!r} asks for rope scaling {rope_type!r}; pyagent implements plain RoPE only"
-            )
-        eos = data.get("eos_token_id")
-        try:
-            hidden, heads = int(data["hidden_size"]), int(data["num_attention_heads"])
-            return cls(
-                architecture=str(data["model_type"]),
-                vocab_size=int(data["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(data["intermediate_size"]),
-                num_layers=int(data["num_hidden_layers"]),
-                num_heads=heads,
-                num_kv_heads=int(data.get("num_key_value_heads") or heads),
-                head_dim=int(data.get("head_dim") or hidden // heads),
-                rope_theta=float(rope.get("rope_theta", data.get("rope_theta", 10000.0))),
-                rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-                max_position_embeddings=int(data["max_position_embeddings"]),
-                tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-                bos_token_id=data.get("bos_token_id"),
-                eos_token_ids=tuple(eos) if isinstance(eos, list) else () if eos is None else (int(eos),),
-                name=str(data.get("_name_or_path") or name),
-            )
-        except KeyError as missing:
-            raise ModelFormatError(f"config.json of {name!r} lacks the required key {missing}") from None
+                f"{where} asks for rope scaling {rope_type!r}; pyagent implements plain RoPE only")
+
+        def value(key: str, kind: type[T], default: Any = None, positive: bool = False) -> T:
+            found = data.get(key)
+            if found is None and default is None:
+                if key not in data:
+                    raise ModelFormatError(f"{where} lacks the required key {key!r}")
+            return checked(default if found is None else found, kind, key, where or "", positive=positive)
+
+        hidden, heads = value("hidden_size", int, positive=True), value("num_attention_heads", int, positive=True)
+        bos = data.get("bos_token_id")
+        return cls(
+            architecture=str(data["model_type"]),
+            vocab_size=value("vocab_size", int, positive=True),
+            hidden_size=hidden,
+            intermediate_size=value("intermediate_size", int, positive=True),
+            num_layers=value("num_hidden_layers", int, positive=True),
+            num_heads=heads,
+            num_kv_heads=value("num_key_value_heads", int, heads, positive=True),
+            head_dim=value("head_dim", int, hidden // heads, positive=True),
+            rope_theta=checked(rope.get("rope_theta", data.get("rope_theta", 10000.0)), float, "rope_theta", where),
+            rms_norm_eps=value("rms_norm_eps", float, 1e-6),
+            max_position_embeddings=value("max_position_embeddings", int, positive=True),
+            tie_word_embeddings=value("tie_word_embeddings", bool, False),
+            bos_token_id=None if bos is None else checked(bos, int, "bos_token_id", where),
+            eos_token_ids=token_ids(data.get("eos_token_id"), "eos_token_id", where),
+            name=str(data.get("_name_or_path") or name),
+        )
 
     def to_hf_dict(self) -> dict[str, Any]:
         """This config as a Hugging Face ``config.json`` (``LlamaForCausalLM``), float32 weights."""

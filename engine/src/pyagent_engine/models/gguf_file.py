@@ -24,7 +24,7 @@ from gguf.quants import dequantize
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.models.checkpoint import Checkpoint, Weight
-from pyagent_engine.models.config import ModelConfig, check_architecture
+from pyagent_engine.models.config import ModelConfig, T, check_architecture, checked, token_ids
 from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
 from pyagent_engine.models.tokenizer import Tokenizer
 from pyagent_kernels.quantized import QuantizedWeight
@@ -91,35 +91,43 @@ def config_from_metadata(metadata: Mapping[str, Any], tensor_names: Collection[s
     arch = str(metadata.get("general.architecture"))
     check_architecture(arch, where)
 
-    def key(name: str, default: Any = None) -> Any:
+    def key(name: str, kind: type[T], default: Any = None, positive: bool = True) -> T:
         value = metadata.get(f"{arch}.{name}", default)
         if value is None:
             raise ModelFormatError(f"{where} lacks the metadata key {arch}.{name}")
-        return value
+        return checked(value, kind, f"{arch}.{name}", where, positive=positive)
 
     scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
     if scaling != "none":
         raise UnsupportedModelError(f"{where} uses rope scaling {scaling!r}; pyagent implements plain RoPE only")
-    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    head_dim = int(key("attention.key_length", hidden // heads))
-    if int(key("rope.dimension_count", head_dim)) != head_dim:
+    hidden, heads = key("embedding_length", int), key("attention.head_count", int)
+    head_dim = key("attention.key_length", int, hidden // heads)
+    if key("rope.dimension_count", int, head_dim) != head_dim:
         raise UnsupportedModelError(f"{where} rotates only part of each head (partial RoPE), which pyagent lacks")
+    layers, intermediate = key("block_count", int), key("feed_forward_length", int)
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise ModelFormatError(f"{where} has no tokenizer: its metadata lacks tokenizer.ggml.tokens (pyagent reads "
+                               "the vocabulary from the GGUF; convert the model with llama.cpp's "
+                               "convert_hf_to_gguf.py, which embeds it)")
     eos = [metadata.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
+    bos = metadata.get("tokenizer.ggml.bos_token_id")
     return ModelConfig(
         architecture=arch,
-        vocab_size=int(key("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))),
+        vocab_size=key("vocab_size", int, len(tokens)),
         hidden_size=hidden,
-        intermediate_size=int(key("feed_forward_length")),
-        num_layers=int(key("block_count")),
+        intermediate_size=intermediate,
+        num_layers=layers,
         num_heads=heads,
-        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        num_kv_heads=key("attention.head_count_kv", int, heads),
         head_dim=head_dim,
-        rope_theta=float(key("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
-        max_position_embeddings=int(key("context_length")),
+        rope_theta=key("rope.freq_base", float, 10000.0),
+        rms_norm_eps=key("attention.layer_norm_rms_epsilon", float, positive=False),
+        max_position_embeddings=key("context_length", int),
         tie_word_embeddings="output.weight" not in tensor_names,
-        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
-        eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
+        bos_token_id=None if bos is None else checked(bos, int, "tokenizer.ggml.bos_token_id", where),
+        eos_token_ids=tuple(dict.fromkeys(token_ids([e for e in eos if e is not None], "tokenizer.ggml.eos_token_id",
+                                                    where))),
         name=str(metadata.get("general.name") or where),
     )
 

@@ -53,6 +53,24 @@ PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
 }
 
 
+def _merge_pairs(merges: Sequence[Any], vocab: Mapping[str, int], where: str) -> list[tuple[str, str]]:
+    """``"a b"`` merges as pairs; :class:`ModelFormatError` for a malformed one or one naming a token
+    (``a``, ``b`` or ``ab``) that is not in the vocabulary (which the tokenizers library panics on)."""
+    pairs = []
+    for index, merge in enumerate(merges):
+        first, space, second = merge.partition(" ") if isinstance(merge, str) else ("", "", "")
+        if not (space and first and second):
+            raise ModelFormatError(f"{where}: tokenizer.ggml.merges[{index}] is {merge!r}; each merge must be "
+                                   "two tokens separated by one space")
+        missing = next((t for t in (first, second, first + second) if t not in vocab), None)
+        if missing is not None:
+            raise ModelFormatError(f"{where}: tokenizer.ggml.merges[{index}] ({merge!r}) names {missing!r}, which is "
+                                   "not in the vocabulary (tokenizer.ggml.tokens); the file is damaged or was "
+                                   "converted wrongly")
+        pairs.append((first, second))
+    return pairs
+
+
 def build_gguf_tokenizer(metadata: Mapping[str, Any], where: str) -> BackendTokenizer:
     """The byte-level BPE tokenizer described by the ``tokenizer.ggml.*`` keys of ``metadata``.
 
@@ -80,8 +98,8 @@ def build_gguf_tokenizer(metadata: Mapping[str, Any], where: str) -> BackendToke
     types: Sequence[int] = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if len(types) != len(tokens):
         raise ModelFormatError(f"{where} has {len(tokens)} tokens but {len(types)} token types")
-    pairs = [(first, second) for first, _, second in (merge.partition(" ") for merge in merges)]
-    backend = BackendTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs))
+    vocab = {t: i for i, t in enumerate(tokens)}
+    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=_merge_pairs(merges, vocab, where)))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
     backend.decoder = decoders.ByteLevel()
     typed = list(zip(tokens, types, strict=True))
