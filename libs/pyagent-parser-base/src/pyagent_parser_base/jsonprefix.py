@@ -47,6 +47,8 @@ class ObjectPrefix:
         Raises:
             Malformed: the text so far cannot begin a JSON object.
         """
+        if self._in_string and self._begun and not self._buf and _STRING_RUN.fullmatch(text):
+            return text  # more of a string, nothing held: the common case while a value streams
         self._buf += text
         self._scan()
         if self._end is not None:
