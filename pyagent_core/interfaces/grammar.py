@@ -225,8 +225,12 @@ class GrammarMatcher(ABC):
         """Return to the initial state, as if freshly created."""
 
     def jump_forward(self) -> str:
-        """Text that is forced from here on (the engine may append it without sampling); ``""``
-        when nothing is forced or the backend does not support it. Does not advance the matcher."""
+        """Text that is forced from here on; ``""`` when nothing is forced or the backend does not
+        report it. Does not advance the matcher.
+
+        A host must not append this text as its own tokenization: where the mask allows several
+        tokenizations, the model may choose another and its output changes. pyagent's engine does not
+        use it; it forces only a token alone in the mask (docs/grammars.md, "Jump-forward")."""
         return ""
 
 

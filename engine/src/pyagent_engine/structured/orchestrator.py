@@ -84,7 +84,7 @@ class StructuredConfig:
         compile_timeout_s: a request whose constraint is not compiled this long after submission fails.
         compile_threads: worker threads compiling constraints.
         max_constraint_bytes: larger constraints are refused before compiling.
-        jump_forward: append the text a backend reports as forced without sampling it.
+        jump_forward: append a token without sampling where it is the only one the grammar allows.
     """
 
     fallback_order: tuple[str, ...] = attrs.field(default=(), converter=_names)
