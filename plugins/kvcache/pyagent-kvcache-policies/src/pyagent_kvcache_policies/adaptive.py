@@ -12,7 +12,9 @@ the ids (``rate`` of them, chosen by a multiplicative hash of the id, as in SHAR
 own contents. A shadow hit of one expert that the other missed moves a score towards it; the score
 saturates at ``patience`` times the shadow capacity either way, so after a change of traffic the
 leader changes within about that many sampled accesses. The leader is turn-aware while the score is
-positive, LRU otherwise (LRU to begin with).
+positive, LRU otherwise (LRU to begin with). With ``tails_first`` (the default), LRU's turn too
+evicts a sequence's partial last block first, when there is one: it cannot prefix a longer prompt
+(turn-aware's first rule), and only an exact repeat of the prompt would use it again.
 
 So the policy follows the expert that hits more on the recent traffic, and loses to it only while
 the score is catching up; the sampled shadows cost a fraction ``rate`` of their experts' work.
@@ -91,6 +93,8 @@ class AdaptivePolicy(EvictionPolicy):
         shadow = EvictionContext(max(1, round(rate * self.capacity)), context.block_size)
         self.shadows = ShadowCaches(turn_options, shadow)
         self.limit = max(1, round(self.options["patience"] * shadow.capacity))
+        self.tails_first: bool = self.options["tails_first"]
+        """Whether LRU's turn also takes partial last blocks first, as turn-aware does."""
         self.score = 0
         """Sampled accesses turn-aware hit and LRU missed, minus the converse, within +-``limit``."""
 
@@ -147,6 +151,9 @@ class AdaptivePolicy(EvictionPolicy):
         if not self.recency:
             self.check_not_empty()
         if self.score > 0:
+            block_id = self.turns.pick()
+            del self.recency[block_id]
+        elif self.tails_first and self.turns.tails:
             block_id = self.turns.pick()
             del self.recency[block_id]
         else:
