@@ -85,9 +85,10 @@ class TraceShape:
 
 
 WORKLOADS: dict[str, TraceShape] = {
-    "chat": TraceShape(mix=(0.85, 0.0, 0.15), sessions=96, chat_pace=0.75, seed=1),
-    "agent": TraceShape(requests=3000, mix=(0.0, 0.8, 0.2), sessions=24, tool_tokens=800, seed=2),
-    "mixed": TraceShape(requests=4000, mix=(0.45, 0.3, 0.25), tool_tokens=800, scan_tokens=5000, seed=3),
+    "chat": TraceShape(mix=(0.85, 0.0, 0.15), sessions=400, chat_pace=0.75, seed=1),
+    "agent": TraceShape(requests=3000, mix=(0.0, 0.8, 0.2), sessions=150, tool_tokens=800, seed=2),
+    "mixed": TraceShape(requests=4000, mix=(0.45, 0.3, 0.25), sessions=300, tool_tokens=800, scan_tokens=5000,
+                        seed=3),
 }
 """The generated workloads of ``pyagent bench kvcache``: chats with shared system prompts and a
 few scans; agent loops re-reading long tool outputs, with scans; and all three with heavier scans."""

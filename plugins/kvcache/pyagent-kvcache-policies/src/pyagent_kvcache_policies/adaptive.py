@@ -12,7 +12,9 @@ the ids (``rate`` of them, chosen by a multiplicative hash of the id, as in SHAR
 own contents. A shadow hit of one expert that the other missed moves a score towards it; the score
 saturates at ``patience`` times the shadow capacity either way, so after a change of traffic the
 leader changes within about that many sampled accesses. The leader is turn-aware while the score is
-positive, LRU otherwise (LRU to begin with).
+positive, LRU otherwise (LRU to begin with). With ``tails_first`` (the default), LRU's turn too
+evicts a sequence's partial last block first, when there is one: it cannot prefix a longer prompt
+(turn-aware's first rule), and only an exact repeat of the prompt would use it again.
 
 So the policy follows the expert that hits more on the recent traffic, and loses to it only while
 the score is catching up; the sampled shadows cost a fraction ``rate`` of their experts' work.
@@ -30,7 +32,7 @@ from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, Evictio
 from pyagent_kvcache_policies.plugin import TURN_AWARE_OPTIONS
 from pyagent_kvcache_policies.turn_aware import TurnAwarePolicy
 
-MIN_SHADOW = 256
+MIN_SHADOW = 128
 """Fewest blocks a shadow cache holds; ``rate`` is raised to reach it."""
 
 HASH_MULTIPLIER = 0x9E3779B1
@@ -59,18 +61,19 @@ class ShadowCaches:
             lru_hit = False
         turns_hit = block_id in turns
         if turns_hit:
-            turns.remove(block_id)
+            turns.withdraw(block_id)
         elif len(turns) >= self.capacity:
-            turns.evict()
+            turns.pick()
         turns.admit(block_id, info)
         return int(turns_hit) - int(lru_hit)
 
     def forget(self, block_id: int) -> None:
         """Drop every trace of ``block_id``: the id names other content from now on."""
         self.recency.pop(block_id, None)
-        if block_id in self.turns:
-            self.turns.discard(block_id)
-        self.turns.forget(block_id)
+        turns = self.turns
+        if block_id in turns:
+            turns.discard(block_id)
+        turns.erase(block_id)
 
 
 class AdaptivePolicy(EvictionPolicy):
@@ -90,6 +93,8 @@ class AdaptivePolicy(EvictionPolicy):
         shadow = EvictionContext(max(1, round(rate * self.capacity)), context.block_size)
         self.shadows = ShadowCaches(turn_options, shadow)
         self.limit = max(1, round(self.options["patience"] * shadow.capacity))
+        self.tails_first: bool = self.options["tails_first"]
+        """Whether LRU's turn also takes partial last blocks first, as turn-aware does."""
         self.score = 0
         """Sampled accesses turn-aware hit and LRU missed, minus the converse, within +-``limit``."""
 
@@ -131,12 +136,13 @@ class AdaptivePolicy(EvictionPolicy):
         """Stop tracking ``block_id`` in both experts."""
         if self.recency.pop(block_id, True) is not None:
             self.check_present(block_id)
-        self.turns.remove(block_id)
+        self.turns.withdraw(block_id)
 
     def forget(self, block_id: int) -> None:
         """Drop the history both experts and the shadows keep of ``block_id``."""
-        super().forget(block_id)
-        self.turns.forget(block_id)
+        if block_id in self.recency:
+            super().forget(block_id)
+        self.turns.erase(block_id)
         if self._sampled(block_id):
             self.shadows.forget(block_id)
 
@@ -145,7 +151,10 @@ class AdaptivePolicy(EvictionPolicy):
         if not self.recency:
             self.check_not_empty()
         if self.score > 0:
-            block_id = self.turns.evict()
+            block_id = self.turns.pick()
+            del self.recency[block_id]
+        elif self.tails_first and self.turns.tails:
+            block_id = self.turns.pick()
             del self.recency[block_id]
         else:
             block_id = self.recency.popitem(last=False)[0]

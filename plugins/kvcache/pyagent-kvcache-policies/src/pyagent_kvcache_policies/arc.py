@@ -39,7 +39,7 @@ class ArcPolicy(EvictionPolicy):
         """Enter T1 (new), or T2 (given back after a request took it, or a ghost hit)."""
         self.check_insert(block_id)
         c = self.capacity
-        if self.recall.pop(block_id) is not None:
+        if self.recall.pop(block_id, None) is not None:
             pass
         elif block_id in self.b1:
             self.p = min(float(c), self.p + max(len(self.b2) / len(self.b1), 1.0))
@@ -76,7 +76,7 @@ class ArcPolicy(EvictionPolicy):
         super().forget(block_id)
         self.b1.pop(block_id, None)
         self.b2.pop(block_id, None)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def evict(self) -> int:
         """Move T1's (or T2's) least recently used block to its ghost list and return it."""

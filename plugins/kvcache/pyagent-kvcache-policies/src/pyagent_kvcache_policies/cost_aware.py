@@ -66,7 +66,7 @@ class CostAwarePolicy(EvictionPolicy):
     def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
         """Insert ``block_id`` at priority ``L + cost`` (its cost from ``info``, or from before it was taken)."""
         self.check_insert(block_id)
-        known = self.recall.pop(block_id)
+        known = self.recall.pop(block_id, None)
         self._place(block_id, known if info is None and known is not None else self.block_cost(info))
 
     def touch(self, block_id: int) -> None:
@@ -82,7 +82,7 @@ class CostAwarePolicy(EvictionPolicy):
     def forget(self, block_id: int) -> None:
         """Drop the remembered cost of ``block_id``."""
         super().forget(block_id)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def evict(self) -> int:
         """Evict the lowest-priority block (a queue head) and raise the inflation to its priority."""

@@ -43,7 +43,7 @@ class LfuPolicy(EvictionPolicy):
     def insert(self, block_id: int) -> None:
         """Track ``block_id`` with one use, or one more than it had when a request took it."""
         self.check_insert(block_id)
-        before = self.recall.pop(block_id)
+        before = self.recall.pop(block_id, None)
         self._place(block_id, 1 if before is None else min(before + 1, self.max_frequency))
 
     def touch(self, block_id: int) -> None:
@@ -59,7 +59,7 @@ class LfuPolicy(EvictionPolicy):
     def forget(self, block_id: int) -> None:
         """Drop the remembered count of ``block_id``."""
         super().forget(block_id)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def evict(self) -> int:
         """Stop tracking the least recently used of the least used blocks and return it."""

@@ -75,8 +75,10 @@ SPECS = (
           "Takes turn-aware's options for its turn-aware expert. Uses the pool's BlockInfo.",
           options={
               **TURN_AWARE_OPTIONS,
-              "sample": OptionSpec(type=float, default=1 / 16, min=1e-4, max=1.0,
-                                   help="share of the ids the shadow caches see (raised to hold 256 blocks)"),
+              "sample": OptionSpec(type=float, default=1 / 32, min=1e-4, max=1.0,
+                                   help="share of the ids the shadow caches see (raised to hold 128 blocks)"),
+              "tails_first": OptionSpec(type=bool, default=True,
+                                        help="LRU's turn evicts partial last blocks first too"),
               "patience": OptionSpec(type=float, default=1.0, min=1e-3,
                                      help="score limit, as a multiple of the shadow capacity: how long a "
                                           "lead lasts after the traffic changes"),

@@ -9,27 +9,24 @@ most ``capacity`` ids (the pool's size bounds the blocks in use), dropping the o
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 State = TypeVar("State")
 
 
-class Recall(Generic[State]):
-    """Up to ``capacity`` taken ids with the state the policy kept for each."""
+class Recall(OrderedDict[int, State]):
+    """Up to ``capacity`` taken ids with the state the policy kept for each, oldest first.
+
+    ``recall.pop(block_id, None)`` is what was kept for ``block_id`` (now forgotten), or ``None``: a
+    first insert. It is the dictionary's own ``pop``, so looking up costs no Python call.
+    """
 
     def __init__(self, capacity: int) -> None:
+        super().__init__()
         self.capacity = capacity
-        self._items: OrderedDict[int, State] = OrderedDict()
 
     def keep(self, block_id: int, state: State) -> None:
         """Remember ``state`` for the taken ``block_id``, forgetting the oldest id beyond capacity."""
-        self._items[block_id] = state
-        if len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def pop(self, block_id: int) -> State | None:
-        """What was kept for ``block_id`` (now forgotten), or ``None``: a first insert."""
-        return self._items.pop(block_id, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
+        self[block_id] = state
+        if len(self) > self.capacity:
+            self.popitem(last=False)

@@ -58,7 +58,7 @@ class S3FifoPolicy(EvictionPolicy):
     def insert(self, block_id: int) -> None:
         """Queue ``block_id``: small if new, main if a ghost or given back by a request."""
         self.check_insert(block_id)
-        uses = self.recall.pop(block_id)
+        uses = self.recall.pop(block_id, None)
         if uses is not None:
             self.uses[block_id] = min(uses + 1, MAX_USES)
             self.main[block_id] = None
@@ -85,7 +85,7 @@ class S3FifoPolicy(EvictionPolicy):
         """Drop ``block_id`` from the ghost queue and from the memory of taken blocks."""
         super().forget(block_id)
         self.ghost.pop(block_id, None)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def evict(self) -> int:
         """Evict from small (unused blocks) or main (unused after lazy promotion) and return it."""

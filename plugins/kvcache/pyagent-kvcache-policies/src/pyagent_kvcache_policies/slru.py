@@ -34,7 +34,7 @@ class SlruPolicy(EvictionPolicy):
     def insert(self, block_id: int) -> None:
         """New blocks go to probation; a block a request took and gives back is protected."""
         self.check_insert(block_id)
-        if self.recall.pop(block_id) is None:
+        if self.recall.pop(block_id, None) is None:
             self.probation[block_id] = None
         else:
             self._protect(block_id)
@@ -58,7 +58,7 @@ class SlruPolicy(EvictionPolicy):
     def forget(self, block_id: int) -> None:
         """Forget that a request took ``block_id``."""
         super().forget(block_id)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def evict(self) -> int:
         """Stop tracking probation's least recently used block (protected's if none) and return it."""

@@ -63,7 +63,7 @@ class TurnAwarePolicy(EvictionPolicy):
 
     def admit(self, block_id: int, info: BlockInfo | None) -> None:
         """What :meth:`insert_with_info` does once it has checked that ``block_id`` may come in."""
-        uses = self.recall.pop(block_id)
+        uses = self.recall.pop(block_id, None)
         if uses is not None:
             self.uses[block_id] = min(uses + 1, MAX_USES)
             self.main[block_id] = None
@@ -92,6 +92,10 @@ class TurnAwarePolicy(EvictionPolicy):
     def remove(self, block_id: int) -> None:
         """Stop tracking ``block_id``; when a request gives it back it enters main."""
         self.check_present(block_id)
+        self.withdraw(block_id)
+
+    def withdraw(self, block_id: int) -> None:
+        """What :meth:`remove` does once it has checked that ``block_id`` is present."""
         self._dequeue(block_id)
         self.recall.keep(block_id, self.uses.pop(block_id))
 
@@ -105,12 +109,11 @@ class TurnAwarePolicy(EvictionPolicy):
         return 0
 
     def discard(self, block_id: int) -> None:
-        """Evict the present ``block_id``, chosen by someone else, as :meth:`evict` would have.
+        """Evict ``block_id``, which must be present, chosen by someone else (no check made).
 
         It leaves its queue and is remembered in the ghost history like a victim of that queue (a
-        partial tail is not remembered). Raises :class:`EvictionError` if it is absent.
+        partial tail is not remembered), as :meth:`evict` would have done.
         """
-        self.check_present(block_id)
         where = self._dequeue(block_id)
         del self.uses[block_id]
         if where == 1:
@@ -123,8 +126,12 @@ class TurnAwarePolicy(EvictionPolicy):
     def forget(self, block_id: int) -> None:
         """Drop ``block_id`` from the ghost history and from the memory of taken blocks."""
         super().forget(block_id)
+        self.erase(block_id)
+
+    def erase(self, block_id: int) -> None:
+        """What :meth:`forget` does once it has checked that ``block_id`` is absent."""
         self.ghost.pop(block_id, None)
-        self.recall.pop(block_id)
+        self.recall.pop(block_id, None)
 
     def _remember(self, block_id: int, from_small: bool, count: int) -> None:
         self.ghost[block_id] = (from_small, count)
@@ -134,6 +141,10 @@ class TurnAwarePolicy(EvictionPolicy):
     def evict(self) -> int:
         """Evict a partial tail, else small's head (unless used: to main), else main's unused head."""
         self.check_not_empty()
+        return self.pick()
+
+    def pick(self) -> int:
+        """What :meth:`evict` does once it has checked that there is a block to evict."""
         if self.tails:
             block_id = self.tails.popitem(last=False)[0]
             del self.uses[block_id]
