@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -21,17 +22,45 @@ settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("PYAGENT_HYPOTHESIS_PROFILE", "dev"))
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            extra_path: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pyagent_core.cli ARGS`` in a fresh process (``stdin`` as its input) and capture its output."""
+def _environ(env: Mapping[str, str] | None, extra_path: Path | None) -> dict[str, str]:
     environ = {**os.environ, **(env or {})}
     if extra_path is not None:
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), environ.get("PYTHONPATH")]))
+    return environ
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            extra_path: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m pyagent_core.cli ARGS`` in a fresh process (``stdin`` as its input) and capture its output."""
     return subprocess.run([sys.executable, "-m", "pyagent_core.cli", *args], capture_output=True,
-                          text=True, env=environ, cwd=cwd, timeout=120, input=stdin)
+                          text=True, env=_environ(env, extra_path), cwd=cwd, timeout=120, input=stdin)
+
+
+def start_cli(*args: str, stdin: Any = subprocess.PIPE, stdout: Any = subprocess.PIPE,
+              env: Mapping[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``python -m pyagent_core.cli ARGS`` for a test that talks to it while it runs (``pyagent chat``):
+    stderr is a pipe; ``stdin`` and ``stdout`` pipes, or file descriptors such as a pseudo-terminal's."""
+    return subprocess.Popen([sys.executable, "-m", "pyagent_core.cli", *args], stdin=stdin, stdout=stdout,
+                            stderr=subprocess.PIPE, env=_environ(env, None), cwd=cwd)
 
 
 @pytest.fixture
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """The :func:`run_cli` helper as a fixture."""
     return run_cli
+
+
+@pytest.fixture
+def cli_process() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """The :func:`start_cli` helper as a fixture; processes still running at the end are killed."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(start_cli(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import typer
 from pyagent_core.cli.output import error
 from pyagent_core.cli.parse import read_tools, show_message
 from pyagent_core.errors import RequestError
+from pyagent_engine.cli.line_editor import StopOnInterrupt
 
 if TYPE_CHECKING:
     from pyagent_core.interfaces.tool_parser import DeltaMessage
@@ -42,13 +44,15 @@ class ChatParsing:
         text = template.render(history, add_generation_prompt=True, tools=self.tools)
         return list(llm.tokenizer.encode(text, add_special_tokens=False))
 
-    def reply(self, llm: LLM, history: list[dict[str, Any]], params: SamplingParams) -> RequestOutput:
-        """Generate and print one reply: reasoning and content as they stream, then its tool calls."""
+    def reply(self, llm: LLM, history: list[dict[str, Any]], params: SamplingParams,
+              stop: StopOnInterrupt | None = None) -> RequestOutput:
+        """Generate and print one reply: reasoning and content as they stream, then its tool calls
+        (``stop``: Ctrl-C ends the reply early, see :func:`stream_reply`)."""
         from pyagent_core.parsing import build_message_parser
 
         parser = build_message_parser(*self.names, tools=self.tools)
         final = None
-        for output in llm.stream([self.prompt(llm, history)], params, chat=True):
+        for output in stream_reply(llm, self.prompt(llm, history), params, stop):
             _show_delta(parser.feed(output.delta) if output.delta else None)
             final = output if output.finished else final
         _show_delta(parser.finish())
@@ -61,6 +65,20 @@ class ChatParsing:
             for problem in message.errors:
                 error(problem)
         return final
+
+
+def stream_reply(llm: LLM, prompt: Prompt, params: SamplingParams,
+                 stop: StopOnInterrupt | None = None) -> Iterator[RequestOutput]:
+    """The outputs of one chat reply; once ``stop.requested`` (Ctrl-C), the reply is aborted in the engine
+    and its last output (``finish_reason == "abort"``, the text so far) ends the stream."""
+    for output in llm.stream([prompt], params, chat=True):
+        yield output
+        if stop is not None and stop.requested and not output.finished:
+            engine = llm.engine
+            for request in [*engine.scheduler.running, *engine.scheduler.waiting,
+                            *engine.structured.pending_requests()]:
+                yield engine.abort(request)
+            return
 
 
 def _show_delta(delta: DeltaMessage | None) -> None:

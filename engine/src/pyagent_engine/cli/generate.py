@@ -20,6 +20,7 @@ from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file
 from pyagent_engine.cli import speculative as spec_cli
+from pyagent_engine.cli.line_editor import LineEditor, StopOnInterrupt
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
 
@@ -257,6 +258,9 @@ def chat(
 ) -> None:
     """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
 
+    Turns are typed in a line editor (readline: arrow keys, history, no line-length limit); Ctrl-C
+    during a reply stops it and keeps the conversation, Ctrl-C while typing drops the line.
+
     With --tool-parser / --reasoning-parser each reply is parsed: reasoning is shown dimmed, tool calls
     in a table; --tools offers tools to the model (through its chat template, when it takes them).
     """
@@ -268,12 +272,8 @@ def chat(
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize)
     check_sampling(llm, params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-    interactive = sys.stdin.isatty()
-    while True:
-        try:
-            line = input("> " if interactive else "")
-        except EOFError:
-            break
+    editor = LineEditor(sys.stdin.isatty())
+    while (line := editor.read()) is not None:
         if line.strip() in ("/exit", "/quit"):
             break
         if line.strip() == "/reset":
@@ -282,17 +282,30 @@ def chat(
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        if parsing is None:
-            (reply,) = list(_run(llm, [history], params, True, None, stream_text=True))
-            sys.stdout.write("\n")
-        else:
-            reply = parsing.reply(llm, history, params)
+        with StopOnInterrupt() as stop:
+            reply = _chat_reply(llm, history, params, stop) if parsing is None else \
+                parsing.reply(llm, history, params, stop)
         if reply.error is not None:
             history.pop()
             error(reply.error)
             continue
+        if stop.requested:
+            typer.echo("[reply stopped; the conversation goes on, /exit or Ctrl-D quits]", err=True)
         history.append({"role": "assistant", "content": reply.text})
     llm.close()
+
+
+def _chat_reply(llm: LLM, history: list[dict[str, str]], params: SamplingParams,
+                stop: StopOnInterrupt) -> RequestOutput:
+    """Stream one reply to stdout; return its last output (the text so far when Ctrl-C stopped it)."""
+    final = None
+    for output in chat_parsing.stream_reply(llm, history, params, stop):
+        sys.stdout.write(output.delta)
+        sys.stdout.flush()
+        final = output
+    sys.stdout.write("\n")
+    assert final is not None
+    return final
 
 
 def register(app: typer.Typer) -> None:
