@@ -178,7 +178,7 @@ class Emitter:
         self.calls_started = 0
         self._streamed = 0
         self._ids: set[str] = set()
-        self._fragments: list[DeltaToolCall] = []
+        self._fragments: list[tuple[int, _Call | None, list[str]]] = []  # index, the call if it starts here, pieces
 
     def text(self, text: str) -> None:
         """Visible content."""
@@ -231,13 +231,11 @@ class Emitter:
         if call.index is None:
             call.index = self._streamed
             self._streamed += 1
-            self._fragments.append(DeltaToolCall(index=call.index, id=call.id, name=call.name, arguments=text))
-            return
-        last = self._fragments[-1] if self._fragments else None
-        if last is not None and last.index == call.index:
-            self._fragments[-1] = attrs.evolve(last, arguments=last.arguments + text)
+            self._fragments.append((call.index, call, [text]))
+        elif self._fragments and self._fragments[-1][0] == call.index:
+            self._fragments[-1][2].append(text)
         else:
-            self._fragments.append(DeltaToolCall(index=call.index, arguments=text))
+            self._fragments.append((call.index, None, [text]))
 
     def end_call(self) -> None:
         """The current call is complete: its arguments are checked (a JSON object matching the tool's schema)
@@ -275,7 +273,11 @@ class Emitter:
     def take_delta(self) -> DeltaMessage | None:
         """What was added since the last call, as a streaming delta; ``None`` when nothing was."""
         content, reasoning = self.content.take(), self.reasoning.take()
-        fragments, self._fragments = tuple(self._fragments), []
+        fragments = tuple(
+            DeltaToolCall(index=index, id=call.id if call else None, name=call.name if call else None,
+                          arguments="".join(pieces))
+            for index, call, pieces in self._fragments)
+        self._fragments = []
         if content is None and reasoning is None and not fragments:
             return None
         return DeltaMessage(content=content, reasoning_content=reasoning, tool_calls=fragments)
