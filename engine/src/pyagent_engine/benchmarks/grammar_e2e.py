@@ -47,6 +47,8 @@ class GrammarBenchSettings:
         mask_limit: schemas for the mask benchmark (``None``: all of them).
         overhead_schemas: schemas whose valid instances are walked for the per-token overhead.
         max_schema_chars: longer schemas (as JSON text) are left out: the prompt shows the schema.
+        compile_timeout_s: the engine's compile time limit (every schema of a backend is submitted
+            at once, so it covers the wait in the compile queue too).
     """
 
     backends: tuple[str, ...] = ()
@@ -55,6 +57,7 @@ class GrammarBenchSettings:
     mask_limit: int | None = None
     overhead_schemas: int = 20
     max_schema_chars: int = 3000
+    compile_timeout_s: float = 30.0
 
     @classmethod
     def quick(cls, backends: Sequence[str] = ()) -> GrammarBenchSettings:
@@ -209,9 +212,10 @@ def run_grammar_benchmark(settings: GrammarBenchSettings, llm: LLM | None = None
     import torch
 
     from pyagent_engine.llm import LLM
+    from pyagent_engine.structured.orchestrator import StructuredConfig
 
     owned = llm is None
-    engine = llm or LLM()
+    engine = llm or LLM(structured=StructuredConfig(compile_timeout_s=settings.compile_timeout_s))
     try:
         registry = engine.engine.registry
         names = list(settings.backends) or [b.name for b in sorted(registry.available("grammar"),
