@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -165,7 +165,16 @@ CONSTRAINT_KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", 
 
 @attrs.frozen(kw_only=True)
 class GrammarSpec(BackendSpec):
-    """A structured-output backend: which constraint kinds and grammar dialects it compiles."""
+    """A structured-output backend: which constraint kinds and grammar dialects it compiles, and
+    which JSON Schema keywords it does not enforce.
+
+    ``ignored_keywords`` are keywords the backend compiles without enforcing them (an output may
+    break them); ``refused_keywords`` are keywords it refuses schemas for (with its default
+    options). Every other keyword is enforced. ``enforced_formats`` are the values of ``format`` it
+    enforces although ``format`` is listed (other values are ignored or refused as listed). The
+    engine's ``auto`` choice prefers a backend that enforces every keyword of a schema and reports
+    those no backend enforced; the conformance kit checks the lists against the backend's behaviour.
+    """
 
     kind: ClassVar[str] = "grammar"
 
@@ -173,6 +182,18 @@ class GrammarSpec(BackendSpec):
     grammar_dialects: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
     jump_forward: bool = False
     rollback: bool = False
+    ignored_keywords: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    refused_keywords: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    enforced_formats: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+
+    def unenforced(self, keywords: Iterable[str], formats: Iterable[str] = ()) -> tuple[str, ...]:
+        """Which of ``keywords`` this backend ignores or refuses, sorted; when that includes ``format``,
+        the ``formats`` it does not enforce stand for it, as ``format:NAME``."""
+        missing = set(keywords) & {*self.ignored_keywords, *self.refused_keywords}
+        if "format" in missing:
+            missing.remove("format")
+            missing |= {f"format:{name}" for name in formats if name not in self.enforced_formats}
+        return tuple(sorted(missing))
 
     @constraint_kinds.validator
     def _known(self, _attr: Any, value: tuple[str, ...]) -> None:

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 
 _WORD = 32
 
+WHITESPACE_MODES = ("bounded", "any", "compact")
+"""The values of :attr:`ConstraintSpec.whitespace`."""
+
+MAX_INDENT = 20
+"""Spaces or tabs allowed after the newline of bounded JSON whitespace (llama.cpp's ``space`` rule)."""
+
+MAX_NUMBER_DIGITS = 16
+"""Digits of the integer and fraction parts of a bounded JSON number (llama.cpp's ``integral-part``
+and ``decimal-part`` rules)."""
+
 
 def _canonical_json(value: str | Mapping[str, Any] | None) -> str | None:
     """Store JSON documents as compact text so constraints stay hashable (usable as cache keys).
@@ -57,9 +67,14 @@ class ConstraintSpec:
         choice: the output is exactly one of these strings.
         grammar: a context-free grammar in ``grammar_dialect`` (e.g. ``"ebnf"``, ``"gbnf"``, ``"lark"``).
         structural_tag: a structural-tag description (tags whose bodies follow schemas), text or mapping.
-        any_whitespace: JSON constraints allow any whitespace between tokens; ``False`` allows
-            only the compact form (or ``whitespace_pattern``).
-        whitespace_pattern: a regex for the whitespace allowed between JSON tokens.
+        whitespace: what JSON constraints allow between tokens, one of :data:`WHITESPACE_MODES`:
+            ``"bounded"`` (default), as llama.cpp's JSON grammars: nothing, one space, or one newline
+            followed by at most :data:`MAX_INDENT` spaces or tabs; ``"any"``: any run of whitespace;
+            ``"compact"``: none (``,`` and ``:`` alone). Each backend's README says what it enforces.
+        whitespace_pattern: a regex for the whitespace allowed between JSON tokens (overrides ``whitespace``).
+        bounded_numbers: JSON numbers keep integer and fraction parts to about
+            :data:`MAX_NUMBER_DIGITS` digits, as llama.cpp's JSON grammars do (so a small model cannot
+            write digits until the token cap); ``False`` leaves them unbounded.
         additional_properties: JSON schemas that leave ``additionalProperties`` unset allow extra
             properties; ``False`` closes them.
 
@@ -74,8 +89,9 @@ class ConstraintSpec:
     grammar: str | None = None
     grammar_dialect: str = "ebnf"
     structural_tag: str | None = attrs.field(default=None, converter=_canonical_json)
-    any_whitespace: bool = True
+    whitespace: str = "bounded"
     whitespace_pattern: str | None = None
+    bounded_numbers: bool = True
     additional_properties: bool = True
 
     def __attrs_post_init__(self) -> None:
@@ -87,6 +103,8 @@ class ConstraintSpec:
             raise SpecError(f"constraint {given[0]} is empty; give a non-empty {given[0]}")
         if self.choice is not None and not all(isinstance(c, str) for c in self.choice):
             raise SpecError(f"choice must hold strings only, got {list(self.choice)!r}")
+        if self.whitespace not in WHITESPACE_MODES:
+            raise SpecError(f"whitespace must be one of {', '.join(WHITESPACE_MODES)}, got {self.whitespace!r}")
 
     @property
     def kind(self) -> str:

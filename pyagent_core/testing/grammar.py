@@ -10,11 +10,14 @@ every masked one refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyagent_core.interfaces.grammar import (
     CompiledGrammar,
@@ -98,6 +101,95 @@ DEFAULT_CASES = (
 )
 """Cases for the constraint kinds every JSON/regex/choice backend understands the same way."""
 
+_NUMBERS_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "number"},
+                   "c": {"type": "integer", "minimum": 0}},
+}
+_LONG = "1" * 40
+
+BOUNDED_JSON_CASES = (
+    GrammarCase(ConstraintSpec(json_schema=_NUMBERS_SCHEMA),
+                accepted=['{"a": [1, 2], "b": 1.5}', '{"a":[1,2],"b":-0.25,"c":0}', '{"a": [' + "9" * 16 + "]}",
+                          '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 3\n}',  # llama.cpp's pretty output
+                          '{"a": [\n' + " " * 20 + "1\n]}", '{"c": 1234567890123456}'],
+                rejected=['{"a": [1\n\n,\n2]}', '{"a":  [1]}', '{"a": [1,\n' + " " * 21 + "2]}",
+                          '{"a": [' + _LONG + "]}", '{"b": 0.' + "0" * 40 + "}", '{"b": ' + "1" * 17 + "}",
+                          '{"c": ' + _LONG + "}"]),
+    GrammarCase(ConstraintSpec(json_schema=_NUMBERS_SCHEMA, whitespace="any", bounded_numbers=False),
+                accepted=['{"a": [1\n\n,\n2]}', '{"a": [' + _LONG + "]}", '{"b": 0.' + "0" * 40 + "}",
+                          '{"c": ' + _LONG + "}"]),
+    GrammarCase(ConstraintSpec(json_object=True),
+                accepted=['{"a": {"b": [1, 2.5]}}', '{\n  "a": 1\n}'],
+                rejected=['{"a": 1\n\n}', '{"a": ' + _LONG + "}", '{"a": 0.' + "0" * 40 + "}"]),
+)
+"""Bounded JSON whitespace and numbers (the defaults), for backends that can express them: llama.cpp's
+whitespace (one space, or a newline and at most 20 spaces or tabs) and its 16-digit number parts; with
+``whitespace="any"`` and ``bounded_numbers=False`` both are free again."""
+
+_PAIR = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+
+KEYWORD_PROBES: dict[str, tuple[dict[str, object], str, str]] = {
+    # keyword: (schema, an instance it accepts, an instance that breaks only this keyword)
+    "type": ({"type": "integer"}, "1", '"a"'),
+    "enum": ({"enum": ["a", "b"]}, '"a"', '"c"'),
+    "const": ({"const": "a"}, '"a"', '"b"'),
+    "properties": ({"type": "object", "properties": {"a": {"type": "integer"}}}, '{"a": 1}', '{"a": "x"}'),
+    "required": ({"type": "object", "properties": _PAIR, "required": ["a"]}, '{"a": 1}', '{"b": 1}'),
+    "additionalProperties": ({"type": "object", "properties": _PAIR, "additionalProperties": False},
+                             '{"a": 1}', '{"a": 1, "c": 2}'),
+    "patternProperties": ({"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+                          '{"x": 1}', '{"x": "s"}'),
+    "propertyNames": ({"type": "object", "propertyNames": {"maxLength": 2}}, '{"ab": 1}', '{"abc": 1}'),
+    "minProperties": ({"type": "object", "minProperties": 1}, '{"a": 1}', "{}"),
+    "maxProperties": ({"type": "object", "maxProperties": 1}, '{"a": 1}', '{"a": 1, "b": 2}'),
+    "dependencies": ({"type": "object", "properties": _PAIR, "dependencies": {"a": ["b"]}},
+                     '{"a": 1, "b": 2}', '{"a": 1}'),
+    "dependentRequired": ({"type": "object", "properties": _PAIR, "dependentRequired": {"a": ["b"]}},
+                          '{"a": 1, "b": 2}', '{"a": 1}'),
+    "dependentSchemas": ({"type": "object", "properties": _PAIR, "dependentSchemas": {"a": {"required": ["b"]}}},
+                         '{"a": 1, "b": 2}', '{"a": 1}'),
+    "unevaluatedProperties": ({"type": "object", "properties": _PAIR, "unevaluatedProperties": False},
+                              '{"a": 1}', '{"a": 1, "c": 2}'),
+    "items": ({"type": "array", "items": {"type": "integer"}}, "[1]", '["a"]'),
+    "prefixItems": ({"type": "array", "prefixItems": [{"type": "integer"}]}, "[1]", '["a"]'),
+    "minItems": ({"type": "array", "minItems": 1}, "[1]", "[]"),
+    "maxItems": ({"type": "array", "maxItems": 1}, "[1]", "[1, 2]"),
+    "uniqueItems": ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "[1, 2]", "[1, 1]"),
+    "contains": ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 3}}, "[3]", "[1]"),
+    "minLength": ({"type": "string", "minLength": 2}, '"ab"', '"a"'),
+    "maxLength": ({"type": "string", "maxLength": 2}, '"ab"', '"abc"'),
+    "pattern": ({"type": "string", "pattern": "^a+$"}, '"aa"', '"ab"'),
+    "minimum": ({"type": "integer", "minimum": 3}, "3", "2"),
+    "maximum": ({"type": "integer", "maximum": 3}, "3", "4"),
+    "exclusiveMinimum": ({"type": "integer", "exclusiveMinimum": 3}, "4", "3"),
+    "exclusiveMaximum": ({"type": "integer", "exclusiveMaximum": 3}, "2", "3"),
+    "multipleOf": ({"type": "integer", "multipleOf": 3}, "6", "5"),
+    "anyOf": ({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, "1", '"a"'),
+    "oneOf": ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "1.5", "1"),
+    "allOf": ({"allOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}, '"ab"', '"abc"'),
+    "not": ({"type": "integer", "not": {"const": 3}}, "2", "3"),
+    "if": ({"if": {"type": "integer"}, "then": {"const": 1}, "else": {"type": "string"}}, "1", "2"),
+    "$ref": ({"$defs": {"a": {"type": "integer"}}, "$ref": "#/$defs/a"}, "1", '"a"'),
+}
+"""One probe per JSON Schema validation keyword, for checking a grammar spec's ``ignored_keywords`` and
+``refused_keywords`` against the backend (``if`` stands for ``if``/``then``/``else``; ``format`` has
+:data:`FORMAT_PROBES`)."""
+
+_FORMAT_EXAMPLES = {
+    "email": "a@b.co", "idn-email": "a@b.co", "date": "2024-01-02", "time": "10:00:00Z",
+    "date-time": "2024-01-02T10:00:00Z", "duration": "P1D", "uri": "http://a.b/c", "uri-reference": "/c",
+    "iri": "http://a.b/c", "iri-reference": "/c", "ipv4": "1.2.3.4", "ipv6": "::1",
+    "uuid": "123e4567-e89b-12d3-a456-426614174000", "hostname": "a.com", "idn-hostname": "a.com",
+    "json-pointer": "/a", "relative-json-pointer": "0/a", "regex": "a+", "uri-template": "/a/{b}",
+}
+
+FORMAT_PROBES: dict[str, tuple[dict[str, object], str, str]] = {
+    name: ({"type": "string", "format": name}, f'"{example}"', '"("' if name == "regex" else '" "')
+    for name, example in _FORMAT_EXAMPLES.items()
+}
+"""A probe per JSON Schema 2020-12 ``format``, for checking a grammar spec's ``enforced_formats``."""
+
 SAMPLE_CONSTRAINTS = {
     "json_schema": ConstraintSpec(json_schema={"type": "string"}),
     "json_object": ConstraintSpec(json_object=True),
@@ -130,6 +222,9 @@ class GrammarConformance(BackendConformance):
     spec: ClassVar[GrammarSpec]
     cases: ClassVar[tuple[GrammarCase, ...]] = DEFAULT_CASES
     malformed: ClassVar[tuple[ConstraintSpec, ...]] = MALFORMED_CONSTRAINTS
+    bounded_json: ClassVar[bool] = False
+    """Set when the backend enforces bounded JSON whitespace and integers (add :data:`BOUNDED_JSON_CASES`
+    to ``cases`` too): property tests then hold it to llama.cpp's rules."""
 
     def tokenizer_info(self) -> TokenizerInfo:
         """The tokenizer the backend is built for (default: :func:`kit_tokenizer_info`)."""
@@ -227,6 +322,80 @@ class GrammarConformance(BackendConformance):
         for case, compiled, label in self.compiled_cases():
             for text in case.rejected:
                 self.check_rejected(compiled.matcher(), greedy_tokenize(info, text), f"{label} {text!r}")
+
+    def keyword_behaviour(self, probe: tuple[dict[str, object], str, str]) -> str:
+        """What the backend does with a :data:`KEYWORD_PROBES` or :data:`FORMAT_PROBES` entry:
+        ``enforced`` (accepts the instance, rejects the one breaking the keyword), ``ignored``
+        (accepts both) or ``refused``."""
+        schema, valid, invalid = probe
+        constraint = ConstraintSpec(json_schema=schema)
+        backend = self.make_backend()
+        if backend.supports(constraint) is not None:
+            return "refused"
+        try:
+            compiled = backend.compile(constraint)
+        except ValueError:
+            return "refused"
+        info = self.tokenizer_info()
+        matcher = compiled.matcher()
+        self.walk(matcher, greedy_tokenize(info, valid), f"{schema} {valid}")
+        self.finish(matcher, f"{schema} {valid}")
+        matcher = compiled.matcher()
+        tokens = greedy_tokenize(info, invalid)
+        for token in tokens:
+            if not matcher.accept_token(token):
+                return "enforced"
+        return "ignored" if set(info.eos_token_ids) & self.allowed(matcher) else "enforced"
+
+    @pytest.mark.parametrize("keyword", sorted(KEYWORD_PROBES))
+    def test_keyword_table_matches_behaviour(self, keyword: str) -> None:
+        """The spec's ``ignored_keywords`` and ``refused_keywords`` say what the backend does."""
+        if "json_schema" not in self.spec.constraint_kinds:
+            pytest.skip("the backend compiles no JSON schemas")
+        declared = self._declared(keyword)
+        assert self.keyword_behaviour(KEYWORD_PROBES[keyword]) == declared, f"{keyword} is not {declared}"
+
+    @pytest.mark.parametrize("name", sorted(FORMAT_PROBES))
+    def test_format_table_matches_behaviour(self, name: str) -> None:
+        """The formats of the spec's ``enforced_formats`` are enforced; the others are treated as its
+        keyword lists say of ``format``."""
+        if "json_schema" not in self.spec.constraint_kinds:
+            pytest.skip("the backend compiles no JSON schemas")
+        declared = "enforced" if name in self.spec.enforced_formats else self._declared("format")
+        assert self.keyword_behaviour(FORMAT_PROBES[name]) == declared, f"format {name} is not {declared}"
+
+    def _declared(self, keyword: str) -> str:
+        return ("ignored" if keyword in self.spec.ignored_keywords else
+                "refused" if keyword in self.spec.refused_keywords else "enforced")
+
+    def accepts(self, compiled: CompiledGrammar, text: str) -> bool:
+        """Whether a fresh matcher of ``compiled`` takes ``text`` token by token and may end after it."""
+        info = self.tokenizer_info()
+        matcher = compiled.matcher()
+        for token in greedy_tokenize(info, text):
+            if token not in self.allowed(matcher):
+                return False
+            assert matcher.accept_token(token), f"{text!r}: token {token} is allowed but refused"
+        return bool(set(info.eos_token_ids) & self.allowed(matcher))
+
+    def _bounded_array(self) -> CompiledGrammar:
+        if not self.bounded_json:
+            pytest.skip("the backend does not bound JSON whitespace and numbers")
+        return self.make_backend().compile(ConstraintSpec(json_schema={"type": "array", "items": {"type": "integer"}}))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(space=st.text(alphabet=" \n", max_size=24))
+    def test_bounded_whitespace_is_llama_cpps(self, space: str) -> None:
+        """Between two items, exactly llama.cpp's ``space``: nothing, " ", or a newline and at most
+        20 spaces or tabs."""
+        expected = re.fullmatch(r"(?: |\n[ \t]{0,20})?", space) is not None
+        assert self.accepts(self._bounded_array(), f"[1,{space}2]") == expected
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(digits=st.integers(1, 40))
+    def test_bounded_integers_have_at_most_16_digits(self, digits: int) -> None:
+        """An integer of ``digits`` digits is accepted when it has at most 16 (llama.cpp's ``integral-part``)."""
+        assert self.accepts(self._bounded_array(), "[" + "7" * digits + "]") == (digits <= 16)
 
     def check_rejected(self, matcher: GrammarMatcher, tokens: list[int], label: str) -> None:
         """``tokens`` must meet a masked token or a masked end; masked tokens must be refused."""

@@ -50,6 +50,8 @@ class GrammarBenchSettings:
         overhead_schemas: schemas whose valid instances are walked for the per-token overhead.
         max_schema_chars: longer schemas (as JSON text) are left out: the prompt shows the schema.
         jump_forward: also compare jump-forward off, on and the earlier rule on the end-to-end schemas.
+        compile_timeout_s: the engine's compile time limit (every schema of a backend is submitted
+            at once, so it covers the wait in the compile queue too).
     """
 
     backends: tuple[str, ...] = ()
@@ -59,6 +61,7 @@ class GrammarBenchSettings:
     overhead_schemas: int = 20
     max_schema_chars: int = 3000
     jump_forward: bool = False
+    compile_timeout_s: float = 30.0
 
     @classmethod
     def quick(cls, backends: Sequence[str] = (), jump_forward: bool = False) -> GrammarBenchSettings:
@@ -213,9 +216,10 @@ def run_grammar_benchmark(settings: GrammarBenchSettings, llm: LLM | None = None
     import torch
 
     from pyagent_engine.llm import LLM
+    from pyagent_engine.structured.orchestrator import StructuredConfig
 
     owned = llm is None
-    engine = llm or LLM()
+    engine = llm or LLM(structured=StructuredConfig(compile_timeout_s=settings.compile_timeout_s))
     try:
         registry = engine.engine.registry
         names = list(settings.backends) or [b.name for b in sorted(registry.available("grammar"),

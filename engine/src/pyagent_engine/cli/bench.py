@@ -358,15 +358,20 @@ def grammars(
     jump_forward: Annotated[bool, typer.Option("--jump-forward", help="Also generate the schemas with jump-forward "
                                                "off, on and under the earlier rule: forced share, tok/s, "
                                                "outputs that differ.")] = False,
+    grammar_timeout: Annotated[float, typer.Option(
+        "--grammar-timeout", min=0.001, help="Seconds a constraint may take to compile, queueing included.")] = 30.0,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Grammar backends: compile/mask p50/p99, engine overhead per token, constrained vs unconstrained tok/s."""
+    import attrs
+
     from pyagent_engine.benchmarks.grammar_e2e import GrammarBenchSettings, print_report, run_grammar_benchmark
 
     names = tuple(backend or ())
     settings = (GrammarBenchSettings.quick(names, jump_forward) if quick else GrammarBenchSettings(
         backends=names, schemas=schemas, max_tokens=max_tokens, mask_limit=mask_schemas, jump_forward=jump_forward))
+    settings = attrs.evolve(settings, compile_timeout_s=grammar_timeout)
     report = run_grammar_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return

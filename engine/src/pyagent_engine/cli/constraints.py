@@ -103,11 +103,14 @@ def grammar_backends(finals: Sequence[RequestOutput]) -> str | None:
 
 
 def grammar_notes(finals: Sequence[RequestOutput]) -> str:
-    """The summary's grammar part: jump-forward tokens and the backends ``auto`` skipped, with reasons."""
+    """The summary's grammar part: jump-forward tokens, the backends ``auto`` skipped, with reasons, and
+    the schema keywords the serving backend did not enforce."""
     reports = [o.structured for o in finals if o.structured is not None]
     if not reports:
         return ""
     jumped = sum(r.jump_forward_tokens for r in reports)
     skipped = sorted({f"{s.backend} ({s.reason})" for r in reports for s in r.skipped})
+    unenforced = sorted({f"{keyword} ({r.backend})" for r in reports for keyword in r.unenforced})
     note = f", {jumped} jump-forward tokens"
-    return note + (f"; grammar fallback skipped {'; '.join(skipped)}" if skipped else "")
+    note += f"; grammar fallback skipped {'; '.join(skipped)}" if skipped else ""
+    return note + (f"; NOT ENFORCED (no backend enforces them): {', '.join(unenforced)}" if unenforced else "")

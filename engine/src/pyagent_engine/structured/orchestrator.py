@@ -6,7 +6,11 @@ else the selected grammar backend (``--grammar-backend`` / ``PYAGENT_GRAMMAR`` /
 followed by the other available ones by priority. A backend is skipped, with the reason
 recorded, when its spec does not declare the constraint kind or grammar dialect, when it is not
 available here or fails to start, when its ``supports()`` refuses, or when its ``compile()``
-raises. The first backend that compiles serves the request.
+raises. The first backend that compiles serves the request. For a JSON schema, ``auto`` first
+passes over the backends whose spec says they ignore or refuse a keyword the schema uses
+(``ignored_keywords``, ``refused_keywords``, ``enforced_formats``); only when none of the others
+serves does it try those, in order, and the report names the keywords the serving backend leaves
+unenforced.
 
 Compiled grammars are cached (LRU) by backend, options, constraint and tokenizer, so a repeated
 constraint costs nothing and concurrent requests for the same one compile it once. Compilation
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -43,6 +48,7 @@ from pyagent_core.interfaces.grammar import (
     GrammarContext,
     TokenizerInfo,
 )
+from pyagent_core.interfaces.json_schema import keywords, subschemas
 from pyagent_core.kinds import GRAMMAR
 from pyagent_core.registry import Backend, Registry
 from pyagent_core.types import GrammarSpec
@@ -106,6 +112,7 @@ class CompiledConstraint:
         skipped: backends tried before it, with their reasons.
         cache_hit: the grammar came from the cache.
         compile_s: seconds from the start of the walk to the compiled grammar.
+        unenforced: keywords of the JSON schema the backend does not enforce (``format:NAME`` for a format).
     """
 
     grammar: CompiledGrammar
@@ -114,6 +121,7 @@ class CompiledConstraint:
     skipped: tuple[Skip, ...]
     cache_hit: bool
     compile_s: float
+    unenforced: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -154,6 +162,15 @@ class CompileTicket:
             result = self.poll()
             assert result is not None
             return result
+
+
+def schema_keywords(constraint: ConstraintSpec) -> tuple[set[str], set[str]]:
+    """The keywords a JSON schema constraint uses and the values of its ``format`` (empty otherwise)."""
+    if constraint.json_schema is None:
+        return set(), set()
+    schema = json.loads(constraint.json_schema)
+    formats = {s["format"] for s in subschemas(schema) if isinstance(s.get("format"), str)}
+    return keywords(schema), formats
 
 
 class GrammarOrchestrator:
@@ -226,29 +243,53 @@ class GrammarOrchestrator:
         return self.submit(params).result()
 
     def compile_chain(self, constraint: ConstraintSpec, chain: Sequence[Backend[GrammarSpec]]) -> CompiledConstraint:
-        """Walk ``chain`` until a backend compiles ``constraint``; raise when none does."""
+        """Walk ``chain`` until a backend compiles ``constraint``; raise when none does.
+
+        With several backends, those that would leave a keyword of a JSON schema unenforced are
+        tried last (see the module doc).
+        """
         started = time.perf_counter()
         skipped: list[Skip] = []
+        used, formats = schema_keywords(constraint)
+        deferred: list[tuple[Backend[GrammarSpec], tuple[str, ...]]] = []
         for backend in chain:
-            reason = self._static_refusal(backend.spec, constraint)
-            if reason is None:
-                verdict, hit = self.cache.get_or_compute(self._key(backend, constraint),
-                                                         partial(self._compile_one, backend, constraint))
-                if verdict.grammar is not None:
-                    return CompiledConstraint(verdict.grammar, backend.name, backend.spec, tuple(skipped), hit,
-                                              time.perf_counter() - started)
-                if verdict.unsatisfiable:
-                    raise UnsatisfiableConstraintError(
-                        f"the {constraint.kind} constraint admits no output (backend {backend.name!r} allows no "
-                        "first token); check it for contradictions"
-                    )
-                reason = verdict.reason
-            skipped.append(Skip(backend.name, reason or "refused"))
+            unenforced = backend.spec.unenforced(used, formats)
+            if unenforced and len(chain) > 1:
+                deferred.append((backend, unenforced))
+                continue
+            served = self._serve(backend, constraint, skipped, unenforced, started)
+            if served is not None:
+                passed = [Skip(b.name, f"does not enforce {', '.join(u)} of this schema; a backend that enforces "
+                                       "every keyword was preferred") for b, u in deferred]
+                return attrs.evolve(served, skipped=(*passed, *served.skipped))
+        for backend, unenforced in deferred:
+            served = self._serve(backend, constraint, skipped, unenforced, started)
+            if served is not None:
+                return served
         tried = "; ".join(f"{s.backend}: {s.reason}" for s in skipped)
         raise UnsupportedConstraintError(
             f"no grammar backend can serve this {constraint.kind} constraint ({tried}); "
             "simplify the constraint or install a backend that supports it (`pyagent list grammar`)"
         )
+
+    def _serve(self, backend: Backend[GrammarSpec], constraint: ConstraintSpec, skipped: list[Skip],
+               unenforced: tuple[str, ...], started: float) -> CompiledConstraint | None:
+        """``backend``'s compiled constraint, or ``None`` with the reason appended to ``skipped``."""
+        reason = self._static_refusal(backend.spec, constraint)
+        if reason is None:
+            verdict, hit = self.cache.get_or_compute(self._key(backend, constraint),
+                                                     partial(self._compile_one, backend, constraint))
+            if verdict.grammar is not None:
+                return CompiledConstraint(verdict.grammar, backend.name, backend.spec, tuple(skipped), hit,
+                                          time.perf_counter() - started, unenforced)
+            if verdict.unsatisfiable:
+                raise UnsatisfiableConstraintError(
+                    f"the {constraint.kind} constraint admits no output (backend {backend.name!r} allows no "
+                    "first token); check it for contradictions"
+                )
+            reason = verdict.reason
+        skipped.append(Skip(backend.name, reason or "refused"))
+        return None
 
     def _key(self, backend: Backend[GrammarSpec], constraint: ConstraintSpec) -> Hashable:
         options = tuple(sorted((k, repr(v)) for k, v in self._options(backend).items()))

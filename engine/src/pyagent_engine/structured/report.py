@@ -1,4 +1,5 @@
-"""What structured output reports about a request: which backend served it, what was skipped and why."""
+"""What structured output reports about a request: which backend served it, what was skipped and why,
+which keywords of its schema went unenforced."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class StructuredReport:
         cache_hit: its grammar came from the cache.
         compile_s: seconds its compile took (``None`` while compiling or when it failed).
         jump_forward_tokens: output tokens appended without sampling because the grammar forced them.
+        unenforced: keywords of its JSON schema the serving backend does not enforce, so that the output
+            may break them (``format:NAME`` for a format); empty when every keyword is enforced.
     """
 
     requested: str
@@ -34,9 +37,11 @@ class StructuredReport:
     cache_hit: bool = False
     compile_s: float | None = None
     jump_forward_tokens: int = 0
+    unenforced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``skipped`` as ``{"backend", "reason"}`` objects)."""
         record = attrs.asdict(self, recurse=False)
         record["skipped"] = [attrs.asdict(s) for s in self.skipped]
+        record["unenforced"] = list(self.unenforced)
         return record

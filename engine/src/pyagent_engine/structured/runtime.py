@@ -61,7 +61,7 @@ class RequestGrammar:
         """This request's :class:`StructuredReport`."""
         c = self.compiled
         return StructuredReport(self.requested, c.backend, c.skipped, c.cache_hit, c.compile_s,
-                                self.jump_forward_tokens)
+                                self.jump_forward_tokens, c.unenforced)
 
 
 class StructuredOutputs:

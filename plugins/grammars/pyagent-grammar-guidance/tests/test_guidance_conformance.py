@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pyagent_core.interfaces.grammar import ConstraintSpec
-from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
+from pyagent_core.testing.grammar import (
+    BOUNDED_JSON_CASES,
+    DEFAULT_CASES,
+    GrammarCase,
+    GrammarConformance,
+    greedy_tokenize,
+)
 from pyagent_core.testing.grammar_reference import ARITHMETIC_ACCEPTED, ARITHMETIC_GBNF, ARITHMETIC_LARK
 from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
 from pyagent_grammar_guidance.backend import GuidanceBackend
@@ -18,13 +24,15 @@ ARITHMETIC_REJECTED = ("", "1+", "(1", "1 +2", "a")
 class TestGuidance(GrammarConformance):
     impl = GuidanceBackend
     spec = SPEC
+    bounded_json = True
     cases = (
         *DEFAULT_CASES,
+        *BOUNDED_JSON_CASES,
         GrammarCase(ConstraintSpec(grammar=ARITHMETIC_LARK, grammar_dialect="lark"), ARITHMETIC_ACCEPTED,
                     ARITHMETIC_REJECTED),
         GrammarCase(ConstraintSpec(grammar=ARITHMETIC_GBNF, grammar_dialect="gbnf"), ARITHMETIC_ACCEPTED,
                     ARITHMETIC_REJECTED),
-        GrammarCase(ConstraintSpec(json_object=True, any_whitespace=False),
+        GrammarCase(ConstraintSpec(json_object=True, whitespace="compact"),
                     accepted=['{"a":1}', '{"ab":[true,null]}'], rejected=['{"a": 1}', '{ "a":1}', '{"a":1, "b":2}']),
         GrammarCase(ConstraintSpec(json_object=True, whitespace_pattern="[ ]?"),
                     accepted=['{"a": 1}', '{"a":1, "b": [true]}'], rejected=['{"a":  1}', '{"a":\n1}']),

@@ -25,14 +25,15 @@ class TestLmfe(GrammarConformance):
 
 
 class TestLmfeSchemaBench(SchemaCorpusConformance):
-    """Every 10th schema (37): strict mode refuses 23. Finding: one invalid Kubernetes instance
-    (kb_23) passes."""
+    """Every 10th schema (37): strict mode refuses 25 (oneOf among the refused keywords since the
+    library was found to mask the numbers of oneOf: [integer, number]). Finding: one invalid
+    Kubernetes instance (kb_23) passes."""
 
     backend = "lmfe"
     stride = 10
-    min_compiled = 13
+    min_compiled = 12
     min_valid_accepted = 28
-    min_invalid_rejected = 14
+    min_invalid_rejected = 12
     max_invalid_accepted = 1
 
 
@@ -51,7 +52,7 @@ def test_unenforced_keywords(schema: dict[str, Any], found: list[str]) -> None:
 
 
 @pytest.mark.parametrize("constraint", [
-    ConstraintSpec(json_object=True, any_whitespace=False),
+    ConstraintSpec(json_object=True, whitespace="compact"),
     ConstraintSpec(json_object=True, whitespace_pattern=" "),
     ConstraintSpec(grammar='root ::= "a"'),
     ConstraintSpec(json_schema={"type": "integer", "maximum": 3}),

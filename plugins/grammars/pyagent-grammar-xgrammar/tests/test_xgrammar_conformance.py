@@ -4,7 +4,13 @@ whitespace cases added; and the JSONSchemaBench sample."""
 from __future__ import annotations
 
 from pyagent_core.interfaces.grammar import ConstraintSpec
-from pyagent_core.testing.grammar import DEFAULT_CASES, GrammarCase, GrammarConformance, greedy_tokenize
+from pyagent_core.testing.grammar import (
+    BOUNDED_JSON_CASES,
+    DEFAULT_CASES,
+    GrammarCase,
+    GrammarConformance,
+    greedy_tokenize,
+)
 from pyagent_core.testing.grammar_reference import ARITHMETIC_ACCEPTED, ARITHMETIC_GBNF, ARITHMETIC_LARK
 from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
 from pyagent_grammar_xgrammar.backend import XGrammarBackend
@@ -22,8 +28,10 @@ INTEGERS = {"type": "object", "properties": {"a": {"type": "array", "items": {"t
 class TestXGrammar(GrammarConformance):
     impl = XGrammarBackend
     spec = SPEC
+    bounded_json = True
     cases = (
         *DEFAULT_CASES,
+        *BOUNDED_JSON_CASES,
         GrammarCase(ConstraintSpec(grammar=ARITHMETIC_GBNF), ARITHMETIC_ACCEPTED, ARITHMETIC_REJECTED),
         GrammarCase(ConstraintSpec(grammar=ARITHMETIC_GBNF, grammar_dialect="gbnf"), ARITHMETIC_ACCEPTED,
                     ARITHMETIC_REJECTED),
@@ -32,7 +40,7 @@ class TestXGrammar(GrammarConformance):
         GrammarCase(ConstraintSpec(structural_tag=TOOL_TAG),
                     accepted=["so", 'ab <f>{"a": 12}</f> yes', '<f>{"a":1}</f>'],
                     rejected=['<f>{"b": 1}</f>', '<f>{"a": 1}', '<f>[1]</f>']),
-        GrammarCase(ConstraintSpec(json_schema=INTEGERS, any_whitespace=False),
+        GrammarCase(ConstraintSpec(json_schema=INTEGERS, whitespace="compact"),
                     accepted=['{"a":[1,2]}', '{"a":[]}'], rejected=['{"a": [1,2]}', '{"a":[1, 2]}', '{ "a":[]}']),
         GrammarCase(ConstraintSpec(json_schema={"type": "object", "properties": {"a": {"type": "integer"}}},
                                    additional_properties=False),
@@ -59,7 +67,7 @@ def test_whitespace_options_it_cannot_hold_are_refused_with_a_reason() -> None:
     reason = backend.supports(ConstraintSpec(json_object=True, whitespace_pattern=" ?"))
     assert reason is not None and "whitespace pattern" in reason
     # Finding (xgrammar 0.2.8): compact mode still puts ', ' between the items of free-form values.
-    reason = backend.supports(ConstraintSpec(json_object=True, any_whitespace=False))
+    reason = backend.supports(ConstraintSpec(json_object=True, whitespace="compact"))
     assert reason is not None and "compact" in reason
 
 

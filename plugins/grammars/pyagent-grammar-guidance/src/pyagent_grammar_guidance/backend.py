@@ -7,6 +7,12 @@ forced, llguidance allows only the tokens of their canonical tokenisation. The m
 state is kept, so the usual ``fill_bitmask`` then ``accept_token`` costs one mask computation. The
 end-of-sequence token is kept out of llguidance: it only sets this wrapper's ``terminated`` flag,
 which makes its rollback exact.
+
+JSON whitespace is bounded (the default) with llguidance's whitespace pattern set to llama.cpp's
+``space`` rule; numbers are bounded (the default) by adding ``minimum``, ``maximum`` and, for
+``number``, ``multipleOf`` to the schemas that set none (see :func:`bound_numbers`); a
+``json_object`` constraint is spelled out as a schema for that. Values a schema leaves untyped
+(``{}``, unset ``additionalProperties``) keep llguidance's unbounded numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import llguidance as llg
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from pyagent_core.interfaces.grammar import (
+    MAX_INDENT,
+    MAX_NUMBER_DIGITS,
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
@@ -27,6 +35,7 @@ from pyagent_core.interfaces.grammar import (
     GrammarMatcher,
     TokenizerInfo,
 )
+from pyagent_core.interfaces.json_schema import has_lower_bound, has_upper_bound, number_types, subschemas
 
 if TYPE_CHECKING:
     import torch
@@ -199,13 +208,47 @@ class GuidanceBackend(GrammarBackend):
         return GuidanceCompiled(pristine, self.tokenizer_info)
 
 
+BOUNDED_WHITESPACE = f"(?: |\\n[ \\t]{{0,{MAX_INDENT}}})"
+"""llama.cpp's ``space`` rule as an llguidance whitespace pattern (which llguidance makes optional)."""
+
+NUMBER_LIMIT = 10**MAX_NUMBER_DIGITS - 1
+FRACTION_STEP = 1e-10
+"""The finest ``multipleOf`` llguidance 1.9.1 takes (1e-11 has 'too many digits'): at most 10 fraction digits."""
+
+
+def bound_numbers(schema: Any) -> Any:
+    """``schema`` with bounds llguidance enforces added to its number schemas, where they set none:
+    ``minimum``/``maximum`` +-(10**16 - 1) (at most 16 integer digits) and, for ``number``,
+    ``multipleOf`` 1e-10 (at most 10 fraction digits, no exponent)."""
+    for subschema in subschemas(schema):
+        types = number_types(subschema)
+        if not types:
+            continue
+        if not has_lower_bound(subschema):
+            subschema["minimum"] = -NUMBER_LIMIT
+        if not has_upper_bound(subschema):
+            subschema["maximum"] = NUMBER_LIMIT
+        if "number" in types and "multipleOf" not in subschema:
+            subschema["multipleOf"] = FRACTION_STEP
+    return schema
+
+
+JSON_OBJECT = {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}, "$defs": {"value": {"anyOf": [
+    {"type": "number"}, {"type": "string"}, {"type": "boolean"}, {"type": "null"},
+    {"type": "array", "items": {"$ref": "#/$defs/value"}},
+    {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}},
+]}}}
+"""Any JSON object, spelled out so that :func:`bound_numbers` reaches the numbers of its values."""
+
+
 def _json_options(constraint: ConstraintSpec, coerce_one_of: bool) -> JsonCompileOptions:
     options: JsonCompileOptions = {"coerce_one_of": coerce_one_of}
-    if constraint.whitespace_pattern is not None:
+    pattern = constraint.whitespace_pattern or (BOUNDED_WHITESPACE if constraint.whitespace == "bounded" else None)
+    if pattern is not None:
         options["whitespace_flexible"] = True
-        options["whitespace_pattern"] = constraint.whitespace_pattern
+        options["whitespace_pattern"] = pattern
     else:
-        options["whitespace_flexible"] = constraint.any_whitespace
+        options["whitespace_flexible"] = constraint.whitespace == "any"
         options["item_separator"] = ","
         options["key_separator"] = ":"
     return options
@@ -215,9 +258,11 @@ def _grammar(constraint: ConstraintSpec, coerce_one_of: bool) -> str:
     """The llguidance grammar (JSON or Lark text) of ``constraint``."""
     kind = constraint.kind
     if kind in ("json_schema", "json_object"):
-        schema = constraint.json_schema if kind == "json_schema" else '{"type": "object"}'
+        schema = str(constraint.json_schema) if kind == "json_schema" else '{"type": "object"}'
+        if constraint.bounded_numbers:
+            schema = json.dumps(bound_numbers(json.loads(schema) if kind == "json_schema" else JSON_OBJECT))
         options = _json_options(constraint, coerce_one_of)
-        return str(llg.LLMatcher.grammar_from_json_schema(str(schema), overrides=options))
+        return str(llg.LLMatcher.grammar_from_json_schema(schema, overrides=options))
     if kind == "regex":
         return str(llg.LLMatcher.grammar_from_regex(str(constraint.regex)))
     if kind == "choice":

@@ -13,7 +13,8 @@ SPEC = GrammarSpec(
     description=(
         "Grammars in 'lark' are llguidance's Lark dialect; 'gbnf' and 'ebnf' (the '::=' form) are converted "
         "with llguidance's GBNF-to-Lark translator. Rollback, and jump-forward from llguidance's forced bytes. "
-        "JSON whitespace: any, compact (',' and ':', llguidance's default separators) or a whitespace pattern. "
+        "JSON whitespace: bounded as llama.cpp's (default), any, compact (',' and ':', llguidance's default "
+        "separators) or a whitespace pattern. Bounded numbers: 16 integer and 10 fraction digits. "
         "Schemas with unsupported keywords (and oneOf, unless coerce_one_of) are refused, so a fallback can take them."
     ),
     priority=20,
@@ -27,6 +28,10 @@ SPEC = GrammarSpec(
     grammar_dialects=("lark", "gbnf", "ebnf"),
     jump_forward=True,
     rollback=True,
+    refused_keywords=("contains", "minContains", "maxContains", "dependencies", "dependentRequired", "dependentSchemas",
+                      "if", "then", "else", "not", "oneOf", "propertyNames", "unevaluatedProperties", "uniqueItems",
+                      "format"),
+    enforced_formats=("email", "date", "time", "date-time", "duration", "uri", "ipv4", "ipv6", "uuid", "hostname"),
 )
 
 

@@ -40,18 +40,10 @@ from pyagent_core.interfaces.grammar import (
     GrammarMatcher,
     TokenizerInfo,
 )
+from pyagent_grammar_lmfe.plugin import UNENFORCED_KEYWORDS
 
 if TYPE_CHECKING:
     import torch
-
-UNENFORCED_KEYWORDS = frozenset({
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "uniqueItems",
-    "minProperties", "maxProperties", "patternProperties", "propertyNames", "dependencies", "dependentRequired",
-    "dependentSchemas", "if", "then", "else", "not", "contains", "minContains", "maxContains", "prefixItems",
-    "additionalItems", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-})
-"""JSON Schema validation keywords lm-format-enforcer (0.11.3) ignores; other unknown keywords are
-annotations, which JSON Schema itself ignores."""
 
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "allOf", "oneOf")
@@ -75,6 +67,8 @@ def unenforced_keywords(schema: Any) -> Iterator[str]:
     if not any(key in schema for key in _PARSEABLE):
         yield "untyped"
     for key, value in schema.items():
+        if key in UNENFORCED_KEYWORDS:
+            yield key
         if key in _SCHEMA_MAPS and isinstance(value, dict):
             for sub in value.values():
                 yield from unenforced_keywords(sub)
@@ -83,8 +77,6 @@ def unenforced_keywords(schema: Any) -> Iterator[str]:
                 yield from unenforced_keywords(sub)
         elif key == "items" or (key == "additionalProperties" and isinstance(value, dict)):
             yield from unenforced_keywords(value)
-        elif key in UNENFORCED_KEYWORDS:
-            yield key
 
 
 def _whole_characters(token: bytes) -> str | None:
@@ -226,9 +218,9 @@ class LmfeBackend(GrammarBackend):
             return f"lm-format-enforcer does not compile {kind} constraints"
         if kind in ("regex", "choice"):
             return None
-        if not constraint.any_whitespace or constraint.whitespace_pattern is not None:
-            return ("lm-format-enforcer always allows free whitespace in JSON; "
-                    "it cannot enforce a compact form or a whitespace pattern")
+        if constraint.whitespace == "compact" or constraint.whitespace_pattern is not None:
+            return ("lm-format-enforcer always allows free whitespace in JSON (up to max_consecutive_whitespaces "
+                    "characters in a row); it cannot enforce a compact form or a whitespace pattern")
         if kind == "json_schema" and self.options["strict"]:
             try:
                 schema = json.loads(str(constraint.json_schema))

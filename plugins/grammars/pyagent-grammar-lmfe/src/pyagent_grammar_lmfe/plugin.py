@@ -6,6 +6,16 @@ from collections.abc import Callable
 
 from pyagent_core import GrammarSpec, OptionSpec, hookimpl
 
+UNENFORCED_KEYWORDS = (
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "uniqueItems",
+    "minProperties", "maxProperties", "patternProperties", "propertyNames", "dependencies", "dependentRequired",
+    "dependentSchemas", "if", "then", "else", "not", "oneOf", "contains", "minContains", "maxContains", "prefixItems",
+    "additionalItems", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+)
+"""JSON Schema validation keywords lm-format-enforcer (0.11.3) ignores (``oneOf`` it gets wrong: at the top
+level it masks every number of ``oneOf: [integer, number]``); other unknown keywords are annotations,
+which JSON Schema itself ignores. Strict mode refuses schemas that use them."""
+
 SPEC = GrammarSpec(
     name="lmfe",
     impl="pyagent_grammar_lmfe.backend:LmfeBackend",
@@ -13,8 +23,9 @@ SPEC = GrammarSpec(
     description=(
         "Pure Python. Schemas using keywords lm-format-enforcer does not enforce (minimum, format, "
         "uniqueItems...) are refused unless strict=false, so that a fallback backend serves them. JSON "
-        "whitespace is always free (up to max_consecutive_whitespaces); compact output and whitespace "
-        "patterns are refused. Tokens that are not whole UTF-8 characters are never allowed. Rollback; no "
+        "whitespace is always free (up to max_consecutive_whitespaces), for 'bounded' too, and numbers are "
+        "unbounded; compact output and whitespace patterns are refused. Tokens that are not whole UTF-8 "
+        "characters are never allowed. Rollback; no "
         "jump-forward."
     ),
     priority=10,
@@ -30,6 +41,7 @@ SPEC = GrammarSpec(
     install_hint="pip install pyagent-grammar-lmfe",
     constraint_kinds=("json_schema", "json_object", "regex", "choice"),
     rollback=True,
+    refused_keywords=UNENFORCED_KEYWORDS,
 )
 
 

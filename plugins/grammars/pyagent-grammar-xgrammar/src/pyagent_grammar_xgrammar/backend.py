@@ -3,17 +3,27 @@
 The vocabulary is handed to xgrammar as raw bytes (``VocabType.RAW``); end-of-sequence and special
 tokens are given as empty strings, so xgrammar never matches them as text: the end-of-sequence ids
 are its stop tokens, the rest (and the padding ids past the vocabulary) are never allowed.
+
+JSON schemas are converted to xgrammar's EBNF and, for bounded whitespace and numbers (the
+defaults), rewritten before compiling: every ``[ \n\r\t]*`` between tokens becomes llama.cpp's
+``space`` rule (nothing, one space, or a newline and at most 20 spaces or tabs), and the integer,
+fraction and exponent parts of xgrammar's number rules take at most 16 digits. A number schema
+bounded on one side only gets the other bound (+-(10**16 - 1)), so xgrammar's range rules, which
+spell out the digits of both bounds, cover it (their fractions take at most 6 digits).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import xgrammar as xgr
 
 from pyagent_core.interfaces.grammar import (
+    MAX_INDENT,
+    MAX_NUMBER_DIGITS,
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
@@ -21,12 +31,32 @@ from pyagent_core.interfaces.grammar import (
     GrammarMatcher,
     TokenizerInfo,
 )
+from pyagent_core.interfaces.json_schema import has_lower_bound, has_upper_bound, number_types, subschemas
 
 if TYPE_CHECKING:
     import torch
 
 DIALECTS = ("ebnf", "gbnf", "lark")
 COMPACT_SEPARATORS = (",", ":")
+
+_ANY_WHITESPACE = "[ \\n\\r\\t]*"
+"""How xgrammar 0.2.8 writes the whitespace between JSON tokens in its EBNF."""
+_BOUNDED_WHITESPACE = "pyagent_json_space"
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]\*?')
+"""A string literal or a character class (with its ``*``) of xgrammar's EBNF, read whole so that
+nothing inside a literal is taken for a class."""
+_FREE = MAX_NUMBER_DIGITS - 1
+_NUMBER_RULES = {
+    # xgrammar 0.2.8's number rules -> the same with at most MAX_NUMBER_DIGITS digits per part
+    'basic_integer ::= (("0") | (basic_integer_1 [1-9] [0-9]*))':
+        f'basic_integer ::= (("0") | (basic_integer_1 [1-9] [0-9]{{0,{_FREE}}}))',
+    'basic_number_2 ::= (("0") | ([1-9] [0-9]*))': f'basic_number_2 ::= (("0") | ([1-9] [0-9]{{0,{_FREE}}}))',
+    'basic_number_3 ::= ("" | ("." basic_number_digits{1, -1}))':
+        f'basic_number_3 ::= ("" | ("." basic_number_digits{{1,{MAX_NUMBER_DIGITS}}}))',
+    'basic_number_5 ::= ("" | ([eE] basic_number_4 basic_number_digits{1, -1}))':
+        f'basic_number_5 ::= ("" | ([eE] basic_number_4 basic_number_digits{{1,{MAX_NUMBER_DIGITS}}}))',
+}
+_NUMBER_LIMIT = 10**MAX_NUMBER_DIGITS - 1
 
 
 class XGrammarMatcher(GrammarMatcher):
@@ -122,7 +152,7 @@ class XGrammarBackend(GrammarBackend):
         if constraint.whitespace_pattern is not None and constraint.kind in ("json_schema", "json_object"):
             return (f"xgrammar has no whitespace pattern (got {constraint.whitespace_pattern!r}); "
                     "it allows any whitespace or the compact form only")
-        if constraint.kind == "json_object" and not constraint.any_whitespace:
+        if constraint.kind == "json_object" and constraint.whitespace == "compact":
             return ("xgrammar 0.2.8 writes ', ' between the items of free-form JSON values even in compact "
                     "mode, so it cannot hold a JSON object to the compact form")
         return None
@@ -138,11 +168,16 @@ class XGrammarBackend(GrammarBackend):
         return XGrammarCompiled(compiled, self.tokenizer_info, self._never)
 
     def _json_schema(self, schema: str, constraint: ConstraintSpec) -> xgr.CompiledGrammar:
-        return self._compiler.compile_json_schema(
-            schema, any_whitespace=constraint.any_whitespace,
-            separators=None if constraint.any_whitespace else COMPACT_SEPARATORS,
-            strict_mode=not constraint.additional_properties, any_order=bool(self.options["any_order"]),
-        )
+        compact = constraint.whitespace == "compact"
+        options = {"any_whitespace": not compact, "separators": COMPACT_SEPARATORS if compact else None,
+                   "strict_mode": not constraint.additional_properties, "any_order": bool(self.options["any_order"])}
+        if constraint.whitespace == "any" and not constraint.bounded_numbers:
+            return self._compiler.compile_json_schema(schema, **options)
+        if constraint.bounded_numbers:
+            schema = json.dumps(close_number_ranges(json.loads(schema)))
+        ebnf = str(xgr.Grammar.from_json_schema(schema, **options))
+        return self._compiler.compile_grammar(xgr.Grammar.from_ebnf(bounded_ebnf(
+            ebnf, whitespace=constraint.whitespace == "bounded", numbers=constraint.bounded_numbers)))
 
     def _compile(self, constraint: ConstraintSpec) -> xgr.CompiledGrammar:
         kind = constraint.kind
@@ -159,6 +194,46 @@ class XGrammarBackend(GrammarBackend):
             lark = constraint.grammar_dialect == "lark"
             return self._compiler.compile_grammar(xgr.Grammar.from_lark(text) if lark else xgr.Grammar.from_ebnf(text))
         return self._compiler.compile_structural_tag(_structural_tag(str(constraint.structural_tag)))
+
+
+def close_number_ranges(schema: Any) -> Any:
+    """``schema`` with the missing bound (+-(10**16 - 1)) added to number schemas bounded on one side only."""
+    for subschema in subschemas(schema):
+        if number_types(subschema) and has_lower_bound(subschema) != has_upper_bound(subschema):
+            if has_lower_bound(subschema):
+                subschema["maximum"] = _NUMBER_LIMIT
+            else:
+                subschema["minimum"] = -_NUMBER_LIMIT
+    return schema
+
+
+def bounded_ebnf(ebnf: str, whitespace: bool, numbers: bool) -> str:
+    """xgrammar's EBNF of a JSON schema with llama.cpp's bounded whitespace and/or bounded number rules.
+
+    Raises ``RuntimeError`` when the EBNF does not have the shape of xgrammar 0.2.8's (another version).
+    """
+    if whitespace:
+        replaced = 0
+
+        def bound(token: re.Match[str]) -> str:
+            nonlocal replaced
+            if token.group() != _ANY_WHITESPACE:
+                return token.group()
+            replaced += 1
+            return _BOUNDED_WHITESPACE
+
+        ebnf = _TOKEN.sub(bound, ebnf)
+        if not replaced or re.search(rf"^{_BOUNDED_WHITESPACE} ::=", ebnf, re.MULTILINE):
+            raise RuntimeError("xgrammar's JSON grammar does not write whitespace as expected; "
+                               "install the xgrammar version this plugin requires")
+        ebnf += f'\n{_BOUNDED_WHITESPACE} ::= ("" | " " | "\\n" [ \\t]{{0,{MAX_INDENT}}})\n'
+    if numbers:
+        lines = ebnf.splitlines()
+        if not set(_NUMBER_RULES) <= set(lines):
+            raise RuntimeError("xgrammar's JSON grammar does not write numbers as expected; "
+                               "install the xgrammar version this plugin requires")
+        ebnf = "\n".join(_NUMBER_RULES.get(line, line) for line in lines) + "\n"
+    return ebnf
 
 
 def _structural_tag(text: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ SPEC = GrammarSpec(
     description=(
         "Compiles every constraint kind, structural tags included, and offers rollback and jump-forward "
         "(find_jump_forward_string). Grammars in dialects 'ebnf' and 'gbnf' use xgrammar's GBNF-style EBNF; "
-        "'lark' grammars are converted by xgrammar. Whitespace: any, or compact (',' and ':'); a custom "
-        "whitespace pattern is not supported."
+        "'lark' grammars are converted by xgrammar. JSON whitespace: bounded as llama.cpp's (default), any, or "
+        "compact (',' and ':'); a custom whitespace pattern is not supported. Bounded numbers: 16-digit parts."
     ),
     priority=30,
     options={
@@ -29,6 +29,11 @@ SPEC = GrammarSpec(
     grammar_dialects=("ebnf", "gbnf", "lark"),
     jump_forward=True,
     rollback=True,
+    ignored_keywords=("allOf", "contains", "minContains", "maxContains", "dependencies", "dependentRequired",
+                      "dependentSchemas", "if", "then", "else", "not", "oneOf", "unevaluatedProperties", "uniqueItems",
+                      "format"),
+    enforced_formats=("email", "date", "time", "date-time", "duration", "uri", "uri-reference", "ipv4", "ipv6", "uuid",
+                      "hostname", "json-pointer", "relative-json-pointer", "uri-template"),
 )
 
 
