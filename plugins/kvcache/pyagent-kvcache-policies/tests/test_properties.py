@@ -14,6 +14,7 @@ from pyagent_core.errors import EvictionError
 from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
+from pyagent_kvcache_policies.adaptive import AdaptivePolicy
 from pyagent_kvcache_policies.arc import ArcPolicy
 from pyagent_kvcache_policies.plugin import SPECS
 from pyagent_kvcache_policies.s3fifo import S3FifoPolicy
@@ -34,6 +35,8 @@ def ghosts(policy: EvictionPolicy) -> int:
     """Evicted ids the policy still remembers (0 for policies without a ghost list)."""
     if isinstance(policy, ArcPolicy):
         return len(policy.b1) + len(policy.b2)
+    if isinstance(policy, AdaptivePolicy):
+        return ghosts(policy.turns)
     if isinstance(policy, S3FifoPolicy | TurnAwarePolicy):
         return len(policy.ghost)
     return 0
@@ -102,3 +105,17 @@ def test_taken_and_returned_blocks_count_as_reused() -> None:
         policy.remove(1)  # a request takes block 1...
         policy.insert(1)  # ...and gives it back: a hit
         assert policy.evict() == 2, name
+
+
+def test_turn_aware_remembers_a_block_someone_else_evicted() -> None:
+    policy = make("turn-aware", 8)
+    assert isinstance(policy, TurnAwarePolicy)
+    for block in range(4):
+        policy.insert(block)
+    policy.discard(2)  # chosen by another expert, as adaptive's LRU does
+    assert 2 not in policy and len(policy) == 3 and 2 in policy.ghost
+    policy.insert(2)  # back while remembered: a returning turn enters main
+    assert 2 in policy.main and 2 not in policy.small
+    policy.insert_with_info(9, BlockInfo(depth=1, tokens=7, parent=0, full=False))
+    policy.discard(9)  # a partial tail is not remembered
+    assert 9 not in policy.ghost and 9 not in policy
