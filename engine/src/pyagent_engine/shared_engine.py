@@ -39,7 +39,7 @@ class SharedEngine:
         the engine it was called from), which would otherwise wait for itself forever.
         """
         if self._owner == threading.get_ident():
-            raise RuntimeError("this LLM is already running a step on this thread (a hook or sampler calling "
+            raise RuntimeError("this LLM's engine is busy on this thread already (a hook or sampler calling "
                                "generate/stream on the engine that called it); use another LLM, or another thread")
         with self._lock:
             self._owner = threading.get_ident()

@@ -254,7 +254,7 @@ def test_generating_from_inside_the_engine_is_refused_not_a_deadlock(llm_bf16, r
     hook = GeneratingHook(llm_bf16)
     llm_bf16.engine.registry.pm.register(hook, name="generating-hook")
     try:
-        with pytest.warns(UserWarning, match="generating-hook.*already running a step on this thread"):
+        with pytest.warns(UserWarning, match="generating-hook.*busy on this thread already"):
             output = llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0]
     finally:
         llm_bf16.engine.registry.pm.unregister(hook)
