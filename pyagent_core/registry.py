@@ -297,10 +297,11 @@ class Registry:
         for kind in KINDS:
             for name, dists in self._clashes(kind).items():
                 out.append(str(AmbiguousBackendError(kind, name, dists)))
-        return out + self._control_problems()
+        return out
 
-    def _control_problems(self) -> list[str]:
-        """Names in ``PYAGENT_PLUGINS`` / ``PYAGENT_DISABLE_PLUGINS`` that match no installed plugin."""
+    def control_problems(self) -> list[str]:
+        """Names in ``PYAGENT_PLUGINS`` / ``PYAGENT_DISABLE_PLUGINS`` that match no installed plugin (the
+        command line warns about them on every run: such a typo hides commands and backends)."""
         installed = {canonicalize_name(n) for p in self.plugins()
                      for n in (p.name.rpartition(":")[2], p.dist) if n}
         choices = ", ".join(sorted(p.name for p in self.plugins()))
@@ -309,12 +310,12 @@ class Registry:
                                         ("PYAGENT_DISABLE_PLUGINS", self.control.deny))
                 for name in sorted(names - installed)]
 
-    def _blocked_hint(self, kind: str) -> str:
+    def blocked_hint(self, kind: str) -> str:
         """Why no backend of ``kind`` registered, when plugin control blocked plugins (else empty)."""
         blocked = [p.name for p in self.plugins() if p.status == STATUS_BLOCKED]
         if not blocked or self._backends[kind]:
             return ""
-        unknown = self._control_problems()
+        unknown = self.control_problems()
         return (f"{len(blocked)} installed plugins are blocked by the plugin control variables "
                 f"(blocked: {', '.join(sorted(blocked))})" + (f"; {unknown[0]}" if unknown else ""))
 
@@ -457,7 +458,7 @@ class Registry:
             default = self.default(kind_name)
             if default is None:
                 raise NoBackendError(kind_name, [(b.name, self.availability(b).reason or "")
-                                                 for b in self.backends(kind_name)], self._blocked_hint(kind_name))
+                                                 for b in self.backends(kind_name)], self.blocked_hint(kind_name))
             return self._with_options(default, f"default (priority {default.spec.priority})", options)
         try:
             backend = self.get(kind_name, chosen)

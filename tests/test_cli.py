@@ -114,3 +114,11 @@ def test_parse_refuses_output_that_is_not_utf8_and_drops_a_bom(cli, isolated, tm
     assert result.returncode == 0 and json.loads(result.stdout)["content"] == "hello"
     result = cli("parse", "--tool-parser", "hermes", "--input", str(tmp_path / "none.txt"), cwd=tmp_path)
     assert result.returncode == 2 and "cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_plugin_allow_list_naming_nothing_installed_is_warned_about(cli, isolated, tmp_path):
+    result = cli("list", "sampler", env={"PYAGENT_PLUGINS": "nosuch"}, cwd=tmp_path)
+    assert result.returncode == 0 and "none installed" not in result.stdout
+    assert "installed plugins are blocked by the plugin control variables" in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "PYAGENT_PLUGINS names 'nosuch', which is no installed plugin" in warnings[0]

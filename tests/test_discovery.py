@@ -201,5 +201,5 @@ def test_an_allow_list_naming_no_installed_plugin_says_so(zoo, make_registry):
     assert "none is installed" not in message and "installed plugins are blocked" in message
     assert "PYAGENT_PLUGINS names 'nosuch', which is no installed plugin or distribution; installed: " in message
     assert "allow a plugin of this kind in PYAGENT_PLUGINS" in message
-    assert {p.split(",")[0] for p in registry.problems() if "names '" in p} == {
+    assert {p.split(",")[0] for p in registry.control_problems()} == {
         "PYAGENT_PLUGINS names 'nosuch'", "PYAGENT_DISABLE_PLUGINS names 'typo'"}

@@ -40,8 +40,11 @@ def full_app() -> typer.Typer:
         from pyagent_core.registry import get_registry
 
         _plugin_commands_added = True
-        for plugin, exc in get_registry().call_hook("pyagent_register_commands", app=app):
+        registry = get_registry()
+        for plugin, exc in registry.call_hook("pyagent_register_commands", app=app):
             error(f"plugin {plugin!r} failed to add its commands: {type(exc).__name__}: {exc}")
+        for problem in registry.control_problems():  # a typo there hides commands and backends
+            typer.echo(f"warning: {problem}", err=True)
     return app
 
 

@@ -86,7 +86,7 @@ def list_backends(
         return
     for name, records in result.items():
         if not records:
-            typer.echo(f"{KINDS[name].plural} ({name}): none installed")
+            typer.echo(f"{KINDS[name].plural} ({name}): {registry.blocked_hint(name) or 'none installed'}")
             continue
         print_table(
             f"{KINDS[name].plural} ({name})",

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyagent_core.errors import RequestError
-from pyagent_engine.cli.input_file import check_roles, read_prompt_lines
+from pyagent_engine.cli.input_file import check_messages, read_prompt_lines
 from pyagent_engine.models.chat_template import ChatTemplate
 
 SMOL_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -119,7 +119,7 @@ def test_roles_are_checked_against_the_chat_template(tmp_path):
                             b'{"messages": [{"role": "tool", "content": "4"}, {"role": "user", "content": "hi"}]}\n')
     template = ChatTemplate(SMOL_TEMPLATE)
     assert template.roles == {"system", "user", "assistant", "tool"}
-    first, second = check_roles(path, read_prompt_lines(path), template.roles)
+    first, second = check_messages(path, read_prompt_lines(path), template)
     assert first.prompt is None and first.error == (
         f"{path}:1: messages[0].role 'usr' is not a role of this model's chat template; "
         "use one of: assistant, system, tool, user")
@@ -130,3 +130,15 @@ def test_a_template_that_names_more_roles_takes_them():
     source = "{% for m in messages %}{% if m.role in ['ipython', 'user'] %}x{% elif m['role'] == 'developer' %}" \
              "y{% endif %}{% endfor %}"
     assert ChatTemplate(source).roles == {"system", "user", "assistant", "tool", "ipython", "developer"}
+
+
+def test_a_conversation_the_template_rejects_fails_alone(tmp_path):
+    path = _write(tmp_path, b'{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]}\n'
+                            b'{"messages": [{"role": "user", "content": "hi"}]}\n')
+    template = ChatTemplate("{% for m in messages %}{% if loop.index0 % 2 != (m.role == 'assistant') %}"
+                            "{{ raise_exception('roles must alternate user/assistant') }}{% endif %}"
+                            "{{ m.content }}{% endfor %}")
+    first, second = check_messages(path, read_prompt_lines(path), template)
+    assert first.error == (f"{path}:1: the chat template rejected the conversation: "
+                           "roles must alternate user/assistant")
+    assert second.error is None and second.prompt is not None

@@ -189,7 +189,7 @@ def generate(
                     dequantize)
     check_sampling(llm, params)
     if input_path and llm.loaded.chat_template is not None:
-        lines = input_file.check_roles(input_path, lines, llm.loaded.chat_template.roles)
+        lines = input_file.check_messages(input_path, lines, llm.loaded.chat_template)
         _stop_if_strict(lines, strict)
     started = time.perf_counter()
     single = input_path is None and not json_out

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ChatTemplateError, RequestError
 
 if TYPE_CHECKING:
     from pyagent_engine.llm import Prompt
+    from pyagent_engine.models.chat_template import ChatTemplate
 
 ID_KEYS = ("id", "custom_id")
 PROMPT_KEYS = ("prompt", "messages")
@@ -184,16 +185,25 @@ def read_prompt_lines(path: Path) -> list[PromptLine]:
     return lines
 
 
-def check_roles(path: Path, lines: list[PromptLine], roles: Collection[str]) -> list[PromptLine]:
-    """``lines`` with each message role checked against ``roles`` (those the chat template knows)."""
+def check_messages(path: Path, lines: list[PromptLine], template: ChatTemplate) -> list[PromptLine]:
+    """``lines`` with each conversation checked against the model's chat ``template``: its roles must be
+    ones the template takes (:attr:`ChatTemplate.roles`), and the template must render it (a template
+    may reject a conversation through ``raise_exception``)."""
     checked = []
     for line in lines:
         if isinstance(line.prompt, list):
-            unknown = [(i, m["role"]) for i, m in enumerate(line.prompt) if m["role"] not in roles]
+            unknown = [(i, m["role"]) for i, m in enumerate(line.prompt) if m["role"] not in template.roles]
+            problem = None
             if unknown:
                 number, role = unknown[0]
-                line = attrs.evolve(line, prompt=None, error=(
-                    f"{path}:{line.line}: messages[{number}].role {role!r} is not a role of this model's chat "
-                    f"template; use one of: {', '.join(sorted(roles))}"))
+                problem = (f"messages[{number}].role {role!r} is not a role of this model's chat template; "
+                           f"use one of: {', '.join(sorted(template.roles))}")
+            else:
+                try:
+                    template.render(line.prompt, add_generation_prompt=True)
+                except ChatTemplateError as exc:
+                    problem = str(exc)
+            if problem is not None:
+                line = attrs.evolve(line, prompt=None, error=f"{path}:{line.line}: {problem}")
         checked.append(line)
     return checked
