@@ -190,3 +190,29 @@ def test_harmony_headers() -> None:
     header = Header.parse("<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json")
     assert (header.channel, header.recipient, header.tool) == ("commentary", "functions.get_weather", "get_weather")
     assert Header.parse("<|channel|>final").tool is None
+
+
+def test_repeated_calls_skip_a_bad_one_and_keep_its_neighbours() -> None:
+    call = NamedCall("<b>{name}:{args}<e>")
+    fmt = ToolFormat(regions=(Region("<calls>", repeated(call.body, call.opener, call.closer, until="</calls>"),
+                                     end="</calls>"),), render=lambda calls: "")
+    text = '<calls><b>probe:{"n": 1<e><b>probe:{"n": 2}<e></calls>after <calls><b>probe:{"n" 3}<e></calls>end'
+    result = Parser(fmt.program).extract(text)
+    assert summary(result) == ("after end", [("probe", {"n": 2})]) and len(result.errors) == 2
+    lenient = ToolFormat(regions=(Region("<calls>", repeated(call.body, call.opener), end="</calls>"),),
+                         render=lambda calls: "")
+    assert summary(Parser(lenient.program).extract(text)) == ("after end", [])  # without `until`: the region fails
+
+
+@pytest.mark.parametrize("call", [QWENISH, QUOTED])
+def test_xml_text_values_stream_as_they_arrive(call: XmlCall) -> None:
+    fmt = ToolFormat(regions=(Region("<tool>", repeated(call.body, call.open), end="</tool>"),),
+                     render=lambda calls: "<tool>" + "".join(call.render_all(calls)) + "</tool>")
+    value = 'line "one"\n\\ 東京 </param ' * 20
+    text = fmt.render([("probe", {"s": value, "n": 12345})])
+    parser = Parser(fmt.program)
+    deltas = [parser.extract_delta(text[:at], text[at:at + 3]) for at in range(0, len(text), 3)]
+    pieces = [f.arguments for d in [*deltas, parser.finish(text)] if d for f in d.tool_calls]
+    assert json.loads("".join(pieces)) == {"s": value, "n": 12345}
+    assert len(pieces) > len(value) // 6  # the text value came piece by piece (a possible closing tag waits)
+    assert any("12345" in piece for piece in pieces)  # a typed value comes whole, once its closing tag is there
