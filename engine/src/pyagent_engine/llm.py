@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pyagent_core.errors import RequestError
+from pyagent_core.errors import ChatTemplateError, RequestError
 from pyagent_core.registry import Registry
 from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.models.config import DEFAULT_DTYPE
@@ -112,7 +112,7 @@ class LLM:
             try:
                 ids, text = self.encode(prompt, chat=chat, system=system)
                 session.add(request_id, ids, sampling, text)
-            except RequestError as error:
+            except (RequestError, ChatTemplateError) as error:
                 yield RequestOutput(request_id=request_id, prompt=prompt if isinstance(prompt, str) else None,
                                     prompt_token_ids=[], output_token_ids=[], text="", delta="", finished=True,
                                     finish_reason="error", error=str(error))

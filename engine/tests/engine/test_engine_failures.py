@@ -155,6 +155,13 @@ def test_request_ids_are_unique_and_in_use_ids_are_refused(llm_bf16):
     engine.abort(request)
 
 
+def test_a_conversation_the_chat_template_rejects_fails_alone(llm_bf16, reference):
+    """A message without ``content`` breaks the template's rendering for that prompt only."""
+    outputs = llm_bf16.generate([[{"role": "user", "content": PROMPTS[0]}], [{"role": "user"}]], GREEDY, chat=True)
+    assert outputs[0].output_token_ids == reference[PROMPTS[0]]
+    assert outputs[1].finish_reason == "error" and "chat template failed to render" in outputs[1].error
+
+
 def test_interleaved_streams_each_get_their_own_tokens(llm_bf16, reference):
     streams = {p: llm_bf16.stream([p], GREEDY, chat=True) for p in PROMPTS}
     tokens: dict[str, list[int]] = {}
