@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyagent_core.interfaces.grammar import ConstraintSpec, allowed_tokens, bitmask_shape, set_row
+from pyagent_core.interfaces.grammar import WHITESPACE_MODES, ConstraintSpec, allowed_tokens, bitmask_shape, set_row
 from pyagent_engine.benchmarks.grammar_e2e import prompt_for
 from pyagent_engine.benchmarks.schema_corpus import load_cases
 from pyagent_engine.models.embedded import find_embedded_gguf
@@ -67,11 +67,11 @@ def both_ways(llm, registry) -> Iterator[list[tuple[str, RequestOutput, RequestO
     labels, prompts, params = [], [], []
     for backend in backends:
         for case in cases:
-            for any_whitespace in (False, True):
-                labels.append(f"{backend} {case.name} {'free' if any_whitespace else 'compact'}")
+            for whitespace in WHITESPACE_MODES:
+                labels.append(f"{backend} {case.name} {whitespace}")
                 prompts.append(prompt_for(case))
                 params.append(SamplingParams(max_tokens=48, temperature=0, structured=StructuredOutputParams(
-                    constraint=ConstraintSpec(json_schema=case.schema, any_whitespace=any_whitespace),
+                    constraint=ConstraintSpec(json_schema=case.schema, whitespace=whitespace),
                     backend=backend)))
     on = _generate(llm, True, prompts, params)
     off = _generate(llm, False, prompts, params)

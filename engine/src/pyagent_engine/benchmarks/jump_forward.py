@@ -1,7 +1,7 @@
 """``pyagent bench grammars --jump-forward``: greedy output, forced share and tok/s with jump-forward off, on, and
 under the earlier rule, in one run.
 
-Each backend generates for the same schemas in compact and free whitespace (greedy, chat prompt that
+Each backend generates for the same schemas in every whitespace mode: compact, bounded, any (greedy, chat prompt that
 shows the schema) three times: jump-forward off (every token sampled), on (a token is forced where it
 is alone in the mask, :mod:`pyagent_engine.structured.runtime`), and under the earlier rule, kept here
 as the peer: the text the backend reports as forced, tokenized by the engine and appended. Every
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pyagent_core.errors import ConstraintError
-from pyagent_core.interfaces.grammar import ConstraintSpec
+from pyagent_core.interfaces.grammar import WHITESPACE_MODES, ConstraintSpec
 
 if TYPE_CHECKING:
     from pyagent_engine.benchmarks.schema_corpus import SchemaCase
@@ -73,10 +73,10 @@ def _requests(cases: Sequence[SchemaCase], backend: str, max_tokens: int) -> tup
 
     prompts, params = [], []
     for case in cases:
-        for any_whitespace in (False, True):
+        for whitespace in WHITESPACE_MODES:
             prompts.append(prompt_for(case))
             params.append(SamplingParams(max_tokens=max_tokens, temperature=0, structured=StructuredOutputParams(
-                constraint=ConstraintSpec(json_schema=case.schema, any_whitespace=any_whitespace), backend=backend)))
+                constraint=ConstraintSpec(json_schema=case.schema, whitespace=whitespace), backend=backend)))
     return prompts, params
 
 
@@ -101,7 +101,7 @@ def _summary(outputs: list[RequestOutput], seconds: float, baseline: list[Reques
 
 
 def compare_jump_forward(llm: LLM, backend: str, cases: Sequence[SchemaCase], max_tokens: int) -> dict[str, Any]:
-    """Off, on and the earlier rule for ``backend`` on ``cases`` (each in compact and free whitespace)."""
+    """Off, on and the earlier rule for ``backend`` on ``cases`` (each in every whitespace mode)."""
     prompts, params = _requests(cases, backend, max_tokens)
     _precompile(llm, params)
     report: dict[str, Any] = {"requests": len(prompts)}
