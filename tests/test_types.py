@@ -34,7 +34,8 @@ def test_records_are_frozen_and_options_read_only():
 def test_capabilities_are_the_kind_specific_fields():
     spec = GrammarSpec(name="g", impl="a:B", constraint_kinds=("regex",), jump_forward=True)
     assert spec.capabilities() == {"constraint_kinds": ("regex",), "grammar_dialects": (),
-                                   "jump_forward": True, "rollback": False}
+                                   "jump_forward": True, "rollback": False, "ignored_keywords": (),
+                                   "refused_keywords": (), "enforced_formats": ()}
 
 
 def test_unknown_constraint_kind():

@@ -157,3 +157,33 @@ def test_backend_keeps_options_context_and_tokenizer_info() -> None:
     context = GrammarContext(tokenizer_info=kit_tokenizer_info())
     backend = ChoiceGrammar({}, context)
     assert backend.context is context and backend.tokenizer_info is context.tokenizer_info and backend.options == {}
+
+
+def test_whitespace_mode_is_checked():
+    assert ConstraintSpec(json_object=True).whitespace == "bounded"
+    with pytest.raises(SpecError, match="whitespace must be one of bounded, any, compact, got 'free'"):
+        ConstraintSpec(json_object=True, whitespace="free")
+
+
+def test_unenforced_names_keywords_and_the_formats_left_out():
+    from pyagent_core import GrammarSpec
+
+    spec = GrammarSpec(name="g", impl="a:B", constraint_kinds=("json_schema",), ignored_keywords=("not", "format"),
+                       refused_keywords=("oneOf",), enforced_formats=("email",))
+    assert spec.unenforced({"type", "not", "oneOf", "format"}, {"email", "iri"}) == ("format:iri", "not", "oneOf")
+    assert spec.unenforced({"type", "format"}, {"email"}) == ()
+
+
+def test_the_schema_walk_visits_subschemas_not_values():
+    from pyagent_core.interfaces.json_schema import keywords, subschemas
+
+    schema = {"type": "object", "enum": [{"minimum": 1}], "default": {"maxItems": 2},
+              "properties": {"a": {"items": [{"minLength": 1}], "not": {"pattern": "x"}}},
+              "dependencies": {"a": ["b"], "c": {"format": "email"}}, "$defs": {"d": True},
+              "if": {"const": 1}, "anyOf": [{"multipleOf": 2}]}
+    assert keywords(schema) == {"type", "enum", "default", "properties", "items", "not", "minLength", "pattern",
+                                "dependencies", "format", "$defs", "if", "const", "anyOf", "multipleOf"}
+    deep: dict = {}
+    for _ in range(5000):  # no recursion: depth costs no stack
+        deep = {"items": deep}
+    assert sum(1 for _ in subschemas(deep)) == 5001

@@ -59,3 +59,16 @@ def test_bad_constraint_flags_fail_before_loading_the_model(cli, tmp_path, args,
     result = cli("generate", "hi", *args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_summary_names_the_keywords_no_backend_enforced():
+    from types import SimpleNamespace
+
+    from pyagent_engine.cli.constraints import grammar_notes
+    from pyagent_engine.structured.report import Skip, StructuredReport
+
+    report = StructuredReport("auto", "xgrammar", (Skip("guidance", "compile failed"),), unenforced=("uniqueItems",))
+    note = grammar_notes([SimpleNamespace(structured=report)])
+    assert note.endswith("NOT ENFORCED (no backend enforces them): uniqueItems (xgrammar)")
+    assert report.to_dict()["unenforced"] == ["uniqueItems"]
+    assert "NOT ENFORCED" not in grammar_notes([SimpleNamespace(structured=StructuredReport("auto", "xgrammar"))])

@@ -204,6 +204,18 @@ def test_auto_prefers_a_backend_that_enforces_every_keyword(registry):
     assert _accepts(compiled, "3") and not _accepts(compiled, "2")
 
 
+def test_auto_passes_over_the_first_backend_when_it_ignores_a_keyword(registry):
+    """xgrammar comes first and compiles allOf without enforcing it; guidance enforces it and serves."""
+    _needs(registry, "guidance", "xgrammar")
+    schema = {"allOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}
+    compiled = orchestrator(registry, "xgrammar", "guidance").compile(params(ConstraintSpec(json_schema=schema)))
+    assert compiled.backend == "guidance" and compiled.unenforced == ()
+    assert [s.backend for s in compiled.skipped] == ["xgrammar"] and "allOf" in compiled.skipped[0].reason
+    assert _accepts(compiled, '"ab"') and not _accepts(compiled, '"abc"')
+    ignoring = orchestrator(registry, "xgrammar").compile(params(ConstraintSpec(json_schema=schema)))
+    assert ignoring.unenforced == ("allOf",) and _accepts(ignoring, '"abc"'), "what auto used to serve"
+
+
 @pytest.mark.parametrize(("schema", "keyword", "breaking", "valid"), [
     # jsonschema is the reference for what breaks the keyword
     ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",

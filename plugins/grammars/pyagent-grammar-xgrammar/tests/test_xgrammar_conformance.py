@@ -3,6 +3,8 @@ whitespace cases added; and the JSONSchemaBench sample."""
 
 from __future__ import annotations
 
+import pytest
+
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.testing.grammar import (
     BOUNDED_JSON_CASES,
@@ -13,7 +15,7 @@ from pyagent_core.testing.grammar import (
 )
 from pyagent_core.testing.grammar_reference import ARITHMETIC_ACCEPTED, ARITHMETIC_GBNF, ARITHMETIC_LARK
 from pyagent_engine.testing.grammar_corpus import SchemaCorpusConformance
-from pyagent_grammar_xgrammar.backend import XGrammarBackend
+from pyagent_grammar_xgrammar.backend import XGrammarBackend, bounded_ebnf
 from pyagent_grammar_xgrammar.plugin import SPEC
 
 ARITHMETIC_REJECTED = ("", "1+", "(1", "1 +2", "a")
@@ -81,3 +83,26 @@ def test_any_order_lets_properties_come_in_another_order() -> None:
     free = TestXGrammar().make_backend(any_order=True).compile(ConstraintSpec(json_schema=schema))
     matcher = free.matcher()
     assert all(matcher.accept_token(t) for t in swapped) and matcher.is_terminated()
+
+
+def test_finding_pattern_properties_must_match_the_whole_key() -> None:
+    """xgrammar 0.2.8 matches a patternProperties pattern against the whole key: ``^x`` refuses ``xa``,
+    which JSON Schema (a search) allows; ``jsonschema`` is the reference."""
+    import jsonschema
+
+    schema = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
+    jsonschema.validate({"xa": 1}, schema)
+    info = TestXGrammar().tokenizer_info()
+    matcher = TestXGrammar().make_backend().compile(ConstraintSpec(json_schema=schema)).matcher()
+    assert not all(matcher.accept_token(token) for token in greedy_tokenize(info, '{"xa": 1}'))
+
+
+def test_bounded_rewrite_refuses_an_ebnf_of_another_shape() -> None:
+    """The rewrite guards against another xgrammar version writing whitespace or numbers differently."""
+    with pytest.raises(RuntimeError, match="does not write whitespace as expected"):
+        bounded_ebnf('root ::= "{" [ \\t]* "}"', whitespace=True, numbers=False)
+    with pytest.raises(RuntimeError, match="does not write numbers as expected"):
+        bounded_ebnf('root ::= (("0") | ([1-9] [0-9]*))', whitespace=False, numbers=True)
+    literal = 'root ::= "[ \\n\\r\\t]*" [ \\n\\r\\t]* "x"'  # whitespace inside a string literal stays
+    assert bounded_ebnf(literal, whitespace=True, numbers=False).startswith(
+        'root ::= "[ \\n\\r\\t]*" pyagent_json_space "x"')
