@@ -36,6 +36,30 @@ def test_no_jump_forward_samples_every_token_and_writes_the_same(cli, tmp_path):
     assert (off["text"], off["finish_reason"]) == (on["text"], on["finish_reason"])
 
 
+def whitespace_outside_strings(text: str) -> str:
+    """The whitespace characters of ``text`` that lie between JSON tokens (outside string literals)."""
+    found, in_string, escaped = [], False, False
+    for char in text:
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
+        elif char == '"':
+            in_string = True
+        elif char.isspace():
+            found.append(char)
+    return "".join(found)
+
+
+def test_json_whitespace_compact_leaves_no_whitespace_between_tokens(cli, tmp_path):
+    if find_embedded_gguf() is None or not get_registry().available("grammar"):
+        pytest.skip("needs the embedded model and a grammar backend plugin")
+    args = ("generate", "Describe a cat as a JSON object with three keys.", "--json-object", "--max-tokens", "40",
+            "--json")
+    compact, bounded = (json.loads(cli(*args, "--json-whitespace", mode, cwd=tmp_path).stdout)["text"]
+                        for mode in ("compact", "bounded"))
+    assert whitespace_outside_strings(compact) == "", compact
+    assert whitespace_outside_strings(bounded) != "", bounded  # the model spaces its output when it may
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -47,6 +71,8 @@ def test_no_jump_forward_samples_every_token_and_writes_the_same(cli, tmp_path):
         (("--json-schema", "deep.json"), "the JSON schema nests 201 levels of objects and arrays, over the limit"),
         (("--json-schema", "dangling.json"), "$ref '#/$defs/item' does not resolve"),
         (("--grammar-backend", "xgrammar"), "--grammar-backend and --no-grammar-fallback need a constraint"),
+        (("--json-object", "--json-whitespace", "free"), "--json-whitespace takes bounded, any, compact, got 'free'"),
+        (("--regex", "a+", "--json-whitespace", "any"), "--json-whitespace applies to --json-schema and --json-object"),
     ],
 )
 def test_bad_constraint_flags_fail_before_loading_the_model(cli, tmp_path, args, message):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.grammar import WHITESPACE_MODES
 
 if TYPE_CHECKING:
     from pyagent_engine.request import RequestOutput
@@ -38,6 +39,10 @@ GrammarTimeoutOpt = Annotated[float, typer.Option("--grammar-timeout", help="Sec
 NoJumpForwardOpt = Annotated[bool, typer.Option("--no-jump-forward", help="Sample every token, also those a "
                                                 "constraint forces (a token alone in the mask).")]
 
+JsonWhitespaceOpt = Annotated[str, typer.Option(
+    "--json-whitespace", help="Whitespace between JSON tokens: bounded (one space, or a newline and at most "
+                              "20 indentation characters), any (free), compact (none).")]
+
 DIALECTS = {".lark": "lark", ".gbnf": "gbnf"}
 
 
@@ -50,7 +55,7 @@ def _read(path: Path, what: str) -> str:
 
 def structured_params(json_schema: Path | None, json_object: bool, regex: str | None, choice: str | None,
                       grammar: Path | None, backend: str, no_fallback: bool,
-                      config: StructuredConfig) -> StructuredOutputParams | None:
+                      config: StructuredConfig, whitespace: str = "bounded") -> StructuredOutputParams | None:
     """The request's structured-output settings from the CLI flags, ``None`` when no constraint is given.
 
     The constraint is checked at once (before the model loads). Raises :class:`RequestError` (or its
@@ -66,13 +71,17 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     given = [flag for flag, present in flags.items() if present]
     if len(given) > 1:
         raise RequestError(f"a request takes one constraint, got {' and '.join(given)}; keep one")
+    if whitespace not in WHITESPACE_MODES:
+        raise RequestError(f"--json-whitespace takes {', '.join(WHITESPACE_MODES)}, got {whitespace!r}")
+    if whitespace != "bounded" and not (json_schema is not None or json_object):
+        raise RequestError("--json-whitespace applies to --json-schema and --json-object; add one, or drop it")
     if not given:
         if backend != "auto" or no_fallback:
             raise RequestError("--grammar-backend and --no-grammar-fallback need a constraint "
                                "(--json-schema, --json-object, --regex, --choice or --grammar)")
         return None
     if json_schema is not None:
-        constraint = ConstraintSpec(json_schema=_read(json_schema, "JSON schema"))
+        constraint = ConstraintSpec(json_schema=_read(json_schema, "JSON schema"), whitespace=whitespace)
     elif grammar is not None:
         constraint = ConstraintSpec(grammar=_read(grammar, "grammar"),
                                     grammar_dialect=DIALECTS.get(grammar.suffix.lower(), "ebnf"))
@@ -81,7 +90,7 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     elif regex is not None:
         constraint = ConstraintSpec(regex=regex)
     else:
-        constraint = ConstraintSpec(json_object=True)
+        constraint = ConstraintSpec(json_object=True, whitespace=whitespace)
     check_constraint(constraint, config.max_constraint_bytes)
     return StructuredOutputParams(constraint=constraint, backend=backend, fallback=not no_fallback)
 

@@ -151,7 +151,7 @@ def generate(
     regex: constraints.RegexOpt = None, choice: constraints.ChoiceOpt = None, grammar: constraints.GrammarOpt = None,
     grammar_backend: constraints.GrammarBackendOpt = "auto", no_grammar_fallback: constraints.NoFallbackOpt = False,
     grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
-    no_jump_forward: constraints.NoJumpForwardOpt = False,
+    no_jump_forward: constraints.NoJumpForwardOpt = False, json_whitespace: constraints.JsonWhitespaceOpt = "bounded",
     speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
     spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
@@ -177,7 +177,7 @@ def generate(
     _stop_if_strict(lines, strict)
     structured_config = constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward)
     structured = constraints.structured_params(json_schema, json_object, regex, choice, grammar, grammar_backend,
-                                               no_grammar_fallback, structured_config)
+                                               no_grammar_fallback, structured_config, json_whitespace)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                             seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {})
