@@ -23,6 +23,7 @@ from pyagent_engine.kvcache.simulator import (
     RecordingPolicy,
     gap_closed,
     record_and_time,
+    record_calls,
     replay_all,
     replay_min,
     replay_policy,
@@ -136,7 +137,7 @@ def test_a_content_keeps_one_policy_id_until_the_policy_forgets_it(paths: list[l
 def test_recording_a_replay_changes_nothing(paths: list[list[int]], capacity: int) -> None:
     trace = tree_trace(paths)
     for name, factory in installed_policies().items():
-        assert record_and_time(trace, factory, capacity, name)[0] == replay_policy(trace, factory, capacity, name)
+        assert record_calls(trace, factory, capacity, name)[0] == replay_policy(trace, factory, capacity, name)
 
 
 def test_min_replays_its_trace_in_order() -> None:
@@ -193,8 +194,9 @@ def test_hits_count_the_longest_cached_prefix_only() -> None:
 def test_recorded_calls_replay_to_a_timing() -> None:
     policies = installed_policies()
     trace = tree_trace([[0, 1, 2], [0, 1, 3], [1, 2], [0, 1, 2, 3]] * 5)
-    result, ns = record_and_time(trace, policies["lru"], 3, "lru")
-    assert result.requested == trace.total_blocks and ns > 0
+    timed = record_and_time(trace, {"lru": policies["lru"], "fifo": policies["fifo"]}, 3, rounds=2)
+    for name, (result, ns) in timed.items():
+        assert result == replay_policy(trace, policies[name], 3, name) and ns > 0
 
 
 def write_lines(tmp_path: Path, lines: list[str]) -> Path:

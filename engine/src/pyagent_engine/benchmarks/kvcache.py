@@ -5,9 +5,10 @@ For each trace and capacity the trace is replayed through the engine's own prefi
 :class:`~pyagent_engine.prefix_index.PrefixIndex`, the leaves-first pool the engine runs) with each
 policy, and with MIN as one more policy over the same index. Reported per trace, capacity and
 policy: hit ratio, the share of the LRU-to-MIN gap it closes (LRU is the peer: 0 % is LRU, 100 % is
-MIN), and nanoseconds per policy call, timed by replaying the calls the policy received alone
-(ratio to LRU's); and per policy over every trace and capacity: the mean gap closed and the worst
-hit ratio against LRU's.
+MIN), and nanoseconds per policy call, timed by replaying the calls the policy received alone,
+the policies taking turns over three rounds and each keeping its fastest (ratio to LRU's); and
+per policy over every trace and capacity: the mean gap closed, the worst hit ratio against LRU's
+and the highest cost ratio.
 
 Traces are Mooncake-format files or workloads of :mod:`pyagent_engine.kvcache.generate`; a
 capacity is a number of blocks or a percentage of the trace's unique blocks (``20%``).
@@ -109,11 +110,9 @@ def run_kvcache_benchmark(traces: Sequence[BlockTrace], capacities: Sequence[str
 def _rows_at(trace: BlockTrace, label: str, capacity: int, factories: dict[str, PolicyFactory],
              progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     optimum = replay_min(trace, capacity)
-    results = {}
-    for name, factory in sorted(factories.items()):
-        if progress:
-            progress(f"{trace.name} at {capacity} blocks: {name}")
-        results[name] = record_and_time(trace, factory, capacity, name)
+    if progress:
+        progress(f"{trace.name} at {capacity} blocks")
+    results = record_and_time(trace, dict(sorted(factories.items())), capacity)
     peer, peer_ns = results[PEER]
     where = {"trace": trace.name, "capacity": capacity, "share": label}
     rows = [{**where, "policy": name, "hit_ratio": result.hit_ratio, "gap_closed": gap_closed(result, peer, optimum),

@@ -22,6 +22,9 @@ from pyagent_engine.kvcache.trace import BlockTrace
 PolicyFactory = Callable[[EvictionContext], EvictionPolicy]
 """Builds a policy for a pool (e.g. ``lambda context: LruPolicy({}, context)``)."""
 
+Calls = list[tuple[str, tuple[Any, ...]]]
+"""Policy calls as :class:`RecordingPolicy` records them: method name and arguments."""
+
 MIN = "min"
 """The name MIN's results go by."""
 
@@ -70,7 +73,7 @@ class RecordingPolicy(EvictionPolicy):
         super().__init__(inner.options, inner.context)
         self.inner = inner
         self.history = inner.history
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.calls: Calls = []
 
     def insert(self, block_id: int) -> None:
         """Record and forward."""
@@ -109,8 +112,7 @@ class RecordingPolicy(EvictionPolicy):
         return block_id in self.inner
 
 
-def time_policy_calls(factory: PolicyFactory, context: EvictionContext,
-                      calls: list[tuple[str, tuple[Any, ...]]]) -> float:
+def time_policy_calls(factory: PolicyFactory, context: EvictionContext, calls: Calls) -> float:
     """Nanoseconds per call of a fresh policy replaying ``calls`` (recorded by :class:`RecordingPolicy`).
 
     The policies are deterministic, so the replayed calls meet the same states as in the recording.
@@ -125,14 +127,27 @@ def time_policy_calls(factory: PolicyFactory, context: EvictionContext,
     return elapsed / max(1, len(bound))
 
 
-def record_and_time(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str,
-                    rounds: int = 3) -> tuple[ReplayResult, float]:
-    """Replay ``trace`` through a policy while recording its calls, then time those calls alone:
-    the fastest of ``rounds`` fresh replays (the others lost time to whatever else ran)."""
-    context = EvictionContext(capacity, trace.block_size)
-    recorder = RecordingPolicy(factory(context))
+def record_calls(trace: BlockTrace, factory: PolicyFactory, capacity: int, name: str) -> tuple[ReplayResult, Calls]:
+    """Replay ``trace`` through a policy while recording the calls it receives."""
+    recorder = RecordingPolicy(factory(EvictionContext(capacity, trace.block_size)))
     result = replay(trace, TraceCache(recorder), name)
-    return result, min(time_policy_calls(factory, context, recorder.calls) for _ in range(max(1, rounds)))
+    return result, recorder.calls
+
+
+def record_and_time(trace: BlockTrace, factories: Mapping[str, PolicyFactory], capacity: int,
+                    rounds: int = 3) -> dict[str, tuple[ReplayResult, float]]:
+    """Replay ``trace`` through each policy while recording its calls, then time those calls alone.
+
+    The timings take turns (every policy once per round) and each policy keeps its fastest round,
+    so a stretch of load from other work slows every policy alike or none.
+    """
+    context = EvictionContext(capacity, trace.block_size)
+    recorded = {name: record_calls(trace, factory, capacity, name) for name, factory in factories.items()}
+    fastest = dict.fromkeys(factories, float("inf"))
+    for _ in range(max(1, rounds)):
+        for name, factory in factories.items():
+            fastest[name] = min(fastest[name], time_policy_calls(factory, context, recorded[name][1]))
+    return {name: (result, fastest[name]) for name, (result, _) in recorded.items()}
 
 
 def gap_closed(result: ReplayResult, lru: ReplayResult, optimum: ReplayResult) -> float | None:

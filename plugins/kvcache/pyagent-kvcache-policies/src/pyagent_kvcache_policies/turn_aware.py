@@ -96,7 +96,8 @@ class TurnAwarePolicy(EvictionPolicy):
 
     def withdraw(self, block_id: int) -> None:
         """What :meth:`remove` does once it has checked that ``block_id`` is present."""
-        self._dequeue(block_id)
+        if self.small.pop(block_id, True) is not None and self.main.pop(block_id, True) is not None:
+            del self.tails[block_id]
         self.recall.keep(block_id, self.uses.pop(block_id))
 
     def _dequeue(self, block_id: int) -> int:
