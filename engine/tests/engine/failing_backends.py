@@ -19,7 +19,7 @@ import torch
 
 from pyagent_core import hookimpl
 from pyagent_core.interfaces.attention import AttentionContext, AttentionMetadata
-from pyagent_core.interfaces.sampler import LogitsProcessor
+from pyagent_core.interfaces.sampler import AddedRequest, LogitsProcessor
 from pyagent_core.registry import get_registry
 from pyagent_core.types import AttentionSpec, SamplerSpec
 
@@ -34,6 +34,12 @@ class FragileProcessor(LogitsProcessor):
 
     def leaves_batch_unchanged(self) -> bool:
         return False
+
+    def row_state(self, request: AddedRequest) -> AddedRequest:
+        """Read the two parameters, so that the chain knows this processor takes them."""
+        request.params.get("fragile")
+        request.params.get("interrupt")
+        return request
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         rows = range(len(self.rows))

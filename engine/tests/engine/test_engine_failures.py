@@ -218,7 +218,7 @@ def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(cli, tm
     assert [r["finish_reason"] == "error" for r in sorted(records, key=lambda r: int(r["request_id"]))] == \
         [False, True, False]
     errors = [line for line in result.stderr.splitlines() if "error" in line and "tp_limited kernel" in line]
-    assert len(errors) == 1 and errors[0].startswith("error: request 1: model step failed")
+    assert len(errors) == 1 and errors[0].startswith(f"error: {prompts}:2: model step failed")
     default = cli("generate", "Say hi.", "--max-tokens", "2", env=env, cwd=tmp_path)
     assert default.returncode == 0 and "AttentionFallbackWarning" in default.stderr
     assert "'tp_broken' cannot run" in default.stderr and "attention=paged" in default.stderr
