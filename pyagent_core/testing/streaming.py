@@ -172,12 +172,8 @@ class StreamingParserConformance(BackendConformance):
         for case in filter(self.streamable, self.cases):
             self.check_stream(case, byte_cut_points(data, case.text))
 
-    @kit_settings(max_examples=100)
-    @given(data=st.data())
-    def test_odd_input_never_raises(self, data: st.DataObject) -> None:
-        sources = [*self.markers, *(case.text for case in self.cases)] or [""]
-        text = data.draw(odd_texts(sources), label="text")
-        cuts = cut_points(data, text)
+    def check_never_raises(self, text: str, cuts: Sequence[int]) -> None:
+        """Parsing ``text`` whole and streamed with ``cuts`` raises nothing but the kit's own assertions."""
         try:
             self.extracted(self.make_parser(), text)
             stream(self.make_parser(), text, cuts, f"streaming {text!r}")
@@ -185,5 +181,20 @@ class StreamingParserConformance(BackendConformance):
             raise
         except Exception as error:
             raise AssertionError(
-                f"parsing {text!r} (cut at {cuts}) raised {type(error).__name__}: {error}"
+                f"parsing {text!r} (cut at {list(cuts)}) raised {type(error).__name__}: {error}"
             ) from error
+
+    @kit_settings(max_examples=100)
+    @given(data=st.data())
+    def test_odd_input_never_raises(self, data: st.DataObject) -> None:
+        sources = [*self.markers, *(case.text for case in self.cases)] or [""]
+        text = data.draw(odd_texts(sources), label="text")
+        self.check_never_raises(text, cut_points(data, text))
+
+    def test_fixtures_missing_a_character_never_raise(self) -> None:
+        """Each fixture with one character left out (at up to 48 spread positions) parses without raising,
+        whole and in chunks of five: a malformed call reached for certain, not by chance."""
+        for case in self.cases:
+            for cut in range(0, len(case.text), max(1, len(case.text) // 48)):
+                text = case.text[:cut] + case.text[cut + 1:]
+                self.check_never_raises(text, range(5, len(text), 5))
