@@ -48,6 +48,7 @@ bench: install
 	$(BIN)/pyagent bench samplers --out benchmarks/results/samplers.json
 	$(BIN)/pyagent bench kvcache --out benchmarks/results/kvcache.json
 	$(BIN)/pyagent bench prefix-cache --out benchmarks/results/prefix_cache.json
+	$(BIN)/pyagent bench scheduling --out benchmarks/results/scheduling.json
 	$(BIN)/pyagent bench parsers --out benchmarks/results/parsers.json
 	$(BIN)/pyagent bench spec-decode --out benchmarks/results/spec_decode.json
 	$(BIN)/pyagent bench grammars --out benchmarks/results/grammars.json

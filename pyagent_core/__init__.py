@@ -14,6 +14,7 @@ from pyagent_core.types import (
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
+    SchedulerSpec,
     ToolParserSpec,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "ProposerSpec",
     "ReasoningParserSpec",
     "SamplerSpec",
+    "SchedulerSpec",
     "ToolParserSpec",
     "__version__",
     "hookimpl",

@@ -27,6 +27,7 @@ from pyagent_core.types import (
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
+    SchedulerSpec,
     ToolParserSpec,
 )
 
@@ -95,6 +96,18 @@ def pyagent_register_eviction_policies(register: Callable[[EvictionSpec], None])
 
     Args:
         register: call once per policy with an :class:`~pyagent_core.types.EvictionSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_schedulers(register: Callable[[SchedulerSpec], None]) -> None:
+    """Register scheduling policies (the waiting-queue order and the preemption victim).
+
+    Args:
+        register: call once per policy with a :class:`~pyagent_core.types.SchedulerSpec`.
 
     Returns:
         Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.

@@ -21,6 +21,7 @@ from pyagent_core.types import (
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
+    SchedulerSpec,
     ToolParserSpec,
 )
 
@@ -59,6 +60,8 @@ PROPOSER = Kind("proposer", "speculative proposer", "pyagent_register_proposers"
                 "plugins/spec_decode", "pyagent_core.interfaces.proposer:Proposer")
 EVICTION = Kind("eviction", "KV-cache eviction policy", "pyagent_register_eviction_policies", EvictionSpec,
                 "plugins/kvcache", "pyagent_core.interfaces.eviction:EvictionPolicy")
+SCHEDULER = Kind("scheduler", "scheduling policy", "pyagent_register_schedulers", SchedulerSpec,
+                 "plugins/schedulers", "pyagent_core.interfaces.scheduler:SchedulingPolicy")
 TOOL_PARSER = Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers", ToolParserSpec,
                    "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser")
 REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
@@ -66,7 +69,7 @@ REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_registe
                         "pyagent_core.interfaces.reasoning_parser:ReasoningParser")
 
 KINDS: dict[str, Kind[Any]] = {
-    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, TOOL_PARSER, REASONING_PARSER)
+    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, TOOL_PARSER, REASONING_PARSER)
 }
 
 _ALIASES = {
@@ -74,6 +77,7 @@ _ALIASES = {
     "structured_output": "grammar", "proposers": "proposer", "spec_decode": "proposer",
     "kvcache": "eviction", "eviction_policy": "eviction", "tool_parsers": "tool_parser",
     "reasoning_parsers": "reasoning_parser", "reasoning": "reasoning_parser",
+    "schedulers": "scheduler", "scheduling": "scheduler", "scheduling_policy": "scheduler",
 }
 
 

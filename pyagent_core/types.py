@@ -223,6 +223,21 @@ class EvictionSpec(BackendSpec):
 
 
 @attrs.frozen(kw_only=True)
+class SchedulerSpec(BackendSpec):
+    """A scheduling policy: the order waiting requests are admitted in and the preemption victim.
+
+    Attributes:
+        uses_cached_prefix: the policy reads ``RequestView.cached_tokens`` (the prompt tokens a prefix
+            cache holds for each waiting request); the host looks them up only for such a policy, and
+            it needs prefix caching turned on.
+    """
+
+    kind: ClassVar[str] = "scheduler"
+
+    uses_cached_prefix: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ToolParserSpec(BackendSpec):
     """A tool-call parser; ``template_markers`` are chat-template substrings used for detection."""
 

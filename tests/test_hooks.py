@@ -14,6 +14,7 @@ from pyagent_core import (
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
+    SchedulerSpec,
     ToolParserSpec,
     hookimpl,
 )
@@ -26,6 +27,7 @@ RECORDS = {
     "pyagent_register_grammar_backends": GrammarSpec(name="g", impl="m:G"),
     "pyagent_register_proposers": ProposerSpec(name="p", impl="m:P"),
     "pyagent_register_eviction_policies": EvictionSpec(name="e", impl="m:E"),
+    "pyagent_register_schedulers": SchedulerSpec(name="q", impl="m:Q"),
     "pyagent_register_tool_parsers": ToolParserSpec(name="t", impl="m:T"),
     "pyagent_register_reasoning_parsers": ReasoningParserSpec(name="r", impl="m:R"),
 }

@@ -50,7 +50,8 @@ def test_every_kind_has_a_record_and_hook():
 
 
 @pytest.mark.parametrize(("alias", "kind"), [("samplers", "sampler"), ("tool-parser", "tool_parser"),
-                                             ("KVCACHE", "eviction"), ("spec_decode", "proposer")])
+                                             ("KVCACHE", "eviction"), ("spec_decode", "proposer"),
+                                             ("scheduling", "scheduler")])
 def test_kind_aliases(alias, kind):
     assert get_kind(alias).name == kind
 

@@ -21,6 +21,7 @@ import torch
 from pyagent_core.errors import ConfigError, RequestError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.grammar import TokenizerInfo
+from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
 from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
@@ -35,6 +36,7 @@ from pyagent_engine.request import Request, RequestMetrics, RequestOutput, Reque
 from pyagent_engine.runner import ModelRunner, torch_on_one_thread
 from pyagent_engine.sampling import SamplerChain
 from pyagent_engine.scheduler import ScheduledChunk, Scheduler
+from pyagent_engine.scheduling import build_scheduling_policy
 from pyagent_engine.speculative import SpeculativeConfig, SpeculativeDecoder
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
@@ -54,7 +56,8 @@ class EngineConfig:
             ``eviction_options`` its options.
         kv_hash: block hash function: ``sha256``, ``xxhash`` or ``builtin``.
         offload_blocks: capacity in blocks of the host-memory tier that evicted blocks go down to (0: none).
-        schedule: waiting-queue order: ``fcfs``, or ``prefix`` (longest cached prefix first).
+        scheduler: the scheduling policy: waiting-queue order and preemption victim (default: the
+            registry's selection, see :mod:`pyagent_engine.scheduling`); ``scheduler_options`` its options.
     """
 
     block_size: int = 16
@@ -66,7 +69,8 @@ class EngineConfig:
     eviction_options: Mapping[str, Any] = attrs.field(factory=dict)
     kv_hash: str = "sha256"
     offload_blocks: int = 0
-    schedule: str = "fcfs"
+    scheduler: str | None = None
+    scheduler_options: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -136,8 +140,12 @@ class Engine:
         caches = allocate_kv_caches(model_config, self.num_blocks, self.config.block_size, loaded.dtype)
         self.runner = ModelRunner(loaded.model, backend, caches, self.config.block_size)
         pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
+        policy, self.scheduler_selection = build_scheduling_policy(
+            self.registry, self.config.scheduler, self.config.scheduler_options,
+            SchedulerContext(self.num_blocks, self.config.block_size, self.config.max_num_seqs,
+                             self.config.max_num_batched_tokens), self.config.prefix_caching)
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
-                                   self.config.max_num_batched_tokens, self.config.schedule)
+                                   self.config.max_num_batched_tokens, policy)
         self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
@@ -181,6 +189,8 @@ class Engine:
         chosen = {"attention": self.attention_selection.backend.name, "sampler": ",".join(self.sampler.names)}
         if self.eviction_selection is not None:
             chosen["eviction"] = self.eviction_selection.backend.name
+        if self.scheduler_selection is not None:
+            chosen["scheduler"] = self.scheduler_selection.backend.name
         if self.speculative is not None:
             chosen["proposer"] = self.speculative.name
         return chosen

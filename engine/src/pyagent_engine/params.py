@@ -42,6 +42,10 @@ class SamplingParams:
             same salt share cached blocks (isolates tenants); ``None``: no salt.
         skip_prefix_cache: keep this request out of the prefix cache (it neither reads nor adds blocks).
         structured: a structured-output constraint and the grammar backend to serve it (``None``: free text).
+        priority: for the ``priority`` scheduling policy: smaller goes first (an integer, 0 by default).
+        deadline_s: seconds after arrival by which the first token is due, for deadline-aware
+            scheduling policies (``edf``); ``None``: no deadline.
+        tenant: who sends the request, for tenant-fair scheduling policies (``fair``); ``None``: anonymous.
     """
 
     max_tokens: int = 128
@@ -56,6 +60,9 @@ class SamplingParams:
     cache_salt: str | None = None
     skip_prefix_cache: bool = False
     structured: StructuredOutputParams | None = None
+    priority: int = 0
+    deadline_s: float | None = None
+    tenant: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(isinstance(self.max_tokens, int) and self.max_tokens > 0,
@@ -78,6 +85,17 @@ class SamplingParams:
                f"skip_prefix_cache must be True or False, got {self.skip_prefix_cache!r}")
         _check(self.structured is None or isinstance(self.structured, StructuredOutputParams),
                f"structured must be a StructuredOutputParams or None, got {self.structured!r}")
+        _check(isinstance(self.priority, int) and not isinstance(self.priority, bool),
+               f"priority must be an integer (smaller goes first), got {self.priority!r}")
+        deadline = self.deadline_s
+        _check(deadline is None or (isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+                                    and math.isfinite(deadline)),
+               f"deadline_s must be a number of seconds after arrival or None, got {deadline!r}")
+        _check(deadline is None or deadline > 0,
+               f"deadline_s is {deadline!r}: a deadline at or before the request's arrival is already past; "
+               "give a positive number of seconds (or none)")
+        _check(self.tenant is None or (isinstance(self.tenant, str) and self.tenant != ""),
+               f"tenant must be a non-empty string or None, got {self.tenant!r}")
 
     @property
     def greedy(self) -> bool:

@@ -37,20 +37,13 @@ if TYPE_CHECKING:
     from pyagent_engine.request import Request
 
 
-SCHEDULES = ("fcfs", "prefix")
-"""Waiting-queue orders: first come first served, or longest cached prefix first."""
-
-
 def check_cache_config(config: EngineConfig) -> None:
     """Raise :class:`ConfigError` if ``config``'s cache settings do not fit."""
     hash_function(config.kv_hash)
     if not isinstance(config.offload_blocks, int) or config.offload_blocks < 0:
         raise ConfigError(f"offload_blocks must be an integer >= 0, got {config.offload_blocks!r}")
-    if config.schedule not in SCHEDULES:
-        raise ConfigError(f"unknown schedule {config.schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     if not config.prefix_caching:
         needs = [name for name, on in (("an offload tier", config.offload_blocks > 0),
-                                       ("schedule 'prefix'", config.schedule == "prefix"),
                                        ("an eviction policy", config.eviction is not None)) if on]
         if needs:
             raise ConfigError(f"{' and '.join(needs)} needs prefix caching; turn it on (--prefix-caching)")

@@ -34,6 +34,8 @@ class Request:
     demand) and ``num_cached_tokens`` the prompt tokens found cached when it was first admitted.
     With speculative decoding, ``draft`` is the draft verified with it this step (see
     :mod:`pyagent_engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
+    ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
+    scheduling policy sees.
     """
 
     request_id: str
@@ -54,6 +56,7 @@ class Request:
     num_cached_tokens: int = 0
     draft: DraftTree | None = None
     accepted_nodes: list[int] = attrs.field(factory=list)
+    num_served_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -10,19 +10,26 @@ the outputs it already has), so nothing is lost.
 With a prefix-caching pool, a request being admitted first takes the cached blocks of its longest
 cached prefix and computes only the rest; running requests publish their full blocks at the start
 of each step and when they release their blocks (finished or preempted, so a preempted request
-usually finds its own blocks again). The ``prefix`` schedule admits the waiting request with the
-longest cached prefix first (ties: arrival order) instead of first come, first served.
+usually finds its own blocks again).
+
+Which waiting request goes first and which running request gives way are the scheduling policy's
+choice (a plugin, see :mod:`pyagent_engine.scheduling`): each step the waiting queue is put in the
+policy's order before admission, and each preemption takes the policy's victim. Without a policy,
+first come, first served: arrival order, and the most recently admitted request is preempted.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import attrs
 
+from pyagent_core.interfaces.scheduler import SchedulerState
 from pyagent_engine.block_pool import BlockPool
-from pyagent_engine.prefix_cache import SCHEDULES, PrefixCachingBlockPool
+from pyagent_engine.prefix_cache import PrefixCachingBlockPool
 from pyagent_engine.request import Request, RequestStatus
+from pyagent_engine.scheduling import GuardedPolicy, request_view, state_of
 
 
 @attrs.frozen
@@ -53,16 +60,17 @@ class Scheduler:
     """Decides each step's work; owns the waiting queue, the running list and block allocation."""
 
     def __init__(self, pool: BlockPool, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 schedule: str = "fcfs") -> None:
+                 policy: GuardedPolicy | None = None) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs ({max_num_seqs}) "
                 "so every running request can decode each step"
             )
         self.prefix_cache = pool if isinstance(pool, PrefixCachingBlockPool) else None
-        if schedule not in SCHEDULES or (schedule == "prefix" and self.prefix_cache is None):
-            raise ValueError(f"schedule {schedule!r} needs to be 'fcfs' or, with a prefix-caching pool, 'prefix'")
-        self.schedule_policy = schedule
+        self.policy = policy or GuardedPolicy(None, "fcfs")
+        if self.policy.uses_cached_prefix and self.prefix_cache is None:
+            raise ValueError(f"scheduling policy {self.policy.name!r} orders by cached prefix: it needs a "
+                             "prefix-caching pool")
         self.pool = pool
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -79,12 +87,29 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def finish(self, request: Request) -> None:
-        """Take a finished request out of the running list (or the queue) and free its blocks."""
+        """Take a finished request out of the running list (or the queue), free its blocks, tell the policy."""
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
         self._release(request)
+        self.policy.finished(request_view(request))
+
+    def state(self, now: float) -> SchedulerState:
+        """The queues as the policy sees them at ``now``."""
+        cache = self.prefix_cache if self.policy.uses_cached_prefix else None
+        waiting = (request_view(r, cache.match_length(r) if cache is not None else 0) for r in self.waiting)
+        return state_of(now, waiting, self.running, self.pool.num_free, self.pool.num_blocks)
+
+    def _order_waiting(self) -> None:
+        """Put the waiting queue in the policy's order."""
+        by_id = {request.request_id: request for request in self.waiting}
+        self.waiting = deque(by_id[request_id] for request_id in self.policy.order(self.state(time.perf_counter())))
+
+    def _victim(self) -> Request:
+        """The running request the policy gives up."""
+        victim = self.policy.victim(self.state(time.perf_counter()))
+        return next(request for request in self.running if request.request_id == victim)
 
     def _release(self, request: Request) -> None:
         if self.prefix_cache is not None:
@@ -131,8 +156,8 @@ class Scheduler:
         if cache is not None:
             for request in self.running:
                 cache.publish(request)
-            if self.schedule_policy == "prefix" and len(self.waiting) > 1:
-                self.waiting = deque(sorted(self.waiting, key=lambda r: -cache.match_length(r)))
+        if self.waiting:
+            self._order_waiting()
         decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
         prefilling = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
         for request in decoding + prefilling:
@@ -141,7 +166,7 @@ class Scheduler:
             count = min(request.num_tokens - request.num_computed_tokens, budget)
             count += self._draft_tokens(request, budget - count)
             while not self._grow(request, count):
-                victim = self.running[-1]
+                victim = self._victim()
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is request:
@@ -168,6 +193,8 @@ class Scheduler:
             budget -= count
             chunks.append(self._chunk(request, count))
         kept = tuple(c for c in chunks if c.request in self.running)
+        for chunk in kept:
+            chunk.request.num_served_tokens += chunk.num_tokens
         return SchedulerOutput(kept, tuple(preempted), cached)
 
     @staticmethod

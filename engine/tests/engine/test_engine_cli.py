@@ -21,7 +21,7 @@ def test_generate_json_record(cli, tmp_path):
     record = json.loads(result.stdout)
     assert record["output_token_ids"] and record["prompt_token_ids"]
     assert record["finish_reason"] in ("stop", "length") and "Paris" in record["text"]
-    assert set(record["backends"]) == {"attention", "sampler"}
+    assert set(record["backends"]) == {"attention", "sampler", "scheduler"}
     assert record["time_to_first_token_s"] > 0
     assert "prompt +" in result.stderr.splitlines()[-1]
 

@@ -52,6 +52,9 @@ _BAD_LINES = [
     (b'{"prompt": "hi", "id": [1]}', "'id' must be a string or an integer"),
     (b"[1, 2]", None),  # not starting with "{": a text prompt
     (b"h\x00i\x00", "holds NUL bytes"),
+    (b'{"prompt": "hi", "priority": "high"}', "priority must be an integer (smaller goes first), got 'high'"),
+    (b'{"prompt": "hi", "deadline_s": -1}', "a deadline at or before the request's arrival is already past"),
+    (b'{"prompt": "hi", "tenant": 3}', "tenant must be a non-empty string or None, got 3"),
 ]
 
 
@@ -66,6 +69,13 @@ def test_a_bad_line_fails_alone_naming_file_and_line(tmp_path, raw, message):
     else:
         assert lines[1].prompt is None and lines[1].error.startswith(f"{path}:2: ")
         assert message in lines[1].error
+
+
+def test_scheduling_fields_are_read_per_line(tmp_path):
+    path = _write(tmp_path, b'{"prompt": "a", "priority": -1, "tenant": "t1", "deadline_s": 2.5}\n{"prompt": "b"}\n')
+    first, second = read_prompt_lines(path)
+    assert dict(first.scheduling) == {"priority": -1, "tenant": "t1", "deadline_s": 2.5}
+    assert dict(second.scheduling) == {} and first.error is None
 
 
 def test_a_bad_json_line_keeps_its_id(tmp_path):

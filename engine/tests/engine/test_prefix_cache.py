@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from pyagent_core.errors import ConfigError, EvictionError, RequestError
 from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
+from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.kinds import EVICTION
 from pyagent_core.registry import get_registry
 from pyagent_engine.block_hash import HASH_NAMES, extend_block_hashes, hash_function
@@ -32,6 +33,7 @@ from pyagent_engine.prefix_cache import PrefixCachingBlockPool
 from pyagent_engine.prefix_index import CacheEntry, PrefixIndex
 from pyagent_engine.request import Request
 from pyagent_engine.scheduler import Scheduler
+from pyagent_engine.scheduling import GuardedPolicy, build_scheduling_policy
 
 MOD = 2**50  # fingerprints stay exact in float64
 
@@ -212,8 +214,13 @@ workloads = st.lists(
 shared_prefix_cases = dict(
     bases=st.lists(prefixes, min_size=3, max_size=3), workload=workloads, spare=st.integers(0, 6),
     offload=st.sampled_from([0, 3, 12]), budget=st.integers(4, 24), max_seqs=st.integers(1, 4),
-    schedule=st.sampled_from(["fcfs", "prefix"]), waves=st.integers(1, 2),
+    schedule=st.sampled_from(["fcfs", "lpm"]), waves=st.integers(1, 2),
 )
+
+
+def scheduling(name: str) -> GuardedPolicy:
+    """The registry's scheduling policy ``name``, as the engine builds it."""
+    return build_scheduling_policy(get_registry(), name, {}, SchedulerContext(64, 4, 4, 64), prefix_caching=True)[0]
 
 
 def check_against_reference(policy: type[EvictionPolicy], options: Mapping[str, Any], bases, workload, spare,
@@ -224,7 +231,7 @@ def check_against_reference(policy: type[EvictionPolicy], options: Mapping[str, 
     expected = reference_outputs([(t, n) for t, n, _, _ in items])
     largest = max(-(-(len(t) + n) // 4) for t, n, _, _ in items)
     pool, kv = make_pool(largest + spare, 4, offload, policy, options)
-    simulation = Simulation(Scheduler(pool, 4, max_seqs, max(budget, max_seqs), schedule), kv)
+    simulation = Simulation(Scheduler(pool, 4, max_seqs, max(budget, max_seqs), scheduling(schedule)), kv)
     for wave in range(waves):  # a second wave re-runs the same prompts against a warm cache
         requests = [make_request(i + 100 * wave, t, n, salt, skip) for i, (t, n, salt, skip) in enumerate(items)]
         simulation.run(requests)
@@ -384,9 +391,9 @@ def test_offload_round_trip_restores_instead_of_recomputing():
     assert again.output_token_ids == first.output_token_ids
 
 
-def test_prefix_schedule_admits_the_longest_cached_prefix_first():
+def test_lpm_admits_the_longest_cached_prefix_first():
     pool, kv = make_pool(32, 4)
-    scheduler = Scheduler(pool, 4, 1, 64, schedule="prefix")
+    scheduler = Scheduler(pool, 4, 1, 64, scheduling("lpm"))
     simulation = Simulation(scheduler, kv)
     simulation.run([make_request(0, list(range(16)), 1)])
     cold = make_request(1, [5] * 16, 1)
@@ -428,9 +435,7 @@ def test_bad_hash_names_and_missing_xxhash_are_clear(monkeypatch):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"schedule": "prefix"}, "schedule 'prefix' needs prefix caching"),
         ({"offload_blocks": 8}, "an offload tier needs prefix caching"),
-        ({"prefix_caching": True, "schedule": "lpm"}, "unknown schedule 'lpm'; choose one of: fcfs, prefix"),
         ({"prefix_caching": True, "offload_blocks": -1}, "offload_blocks must be an integer >= 0"),
         ({"prefix_caching": True, "kv_hash": "md5"}, "unknown kv hash 'md5'"),
     ],

@@ -53,7 +53,7 @@ def test_greedy_outputs_match_the_uncached_engine_through_evictions_preemptions_
     greedy = [SamplingParams(temperature=0, max_tokens=2)] * len(shared_prompts)
     reference = [o.output_token_ids for o in serve(llm_bf16.engine, shared_prompts, greedy)]
     config = EngineConfig(kv_cache_gib=5 * BLOCK_BYTES / 2**30, max_num_seqs=3, max_num_batched_tokens=32,
-                          prefix_caching=True, eviction="lru", offload_blocks=16, schedule="prefix")
+                          prefix_caching=True, eviction="lru", offload_blocks=16, scheduler="lpm")
     engine = Engine(llm_bf16.loaded, config=config)
     assert engine.num_blocks == 5 and engine.backends["eviction"] == "lru"
     stats = StepStats()

@@ -16,6 +16,9 @@ on against off (:mod:`pyagent_engine.benchmarks.prefix_cache`).
 ``samplers`` times the default sampler chain per token with the C kernels, their torch fallbacks
 and transformers' LogitsProcessorList (:mod:`pyagent_engine.benchmarks.samplers`).
 
+``scheduling`` replays arrival-timed workloads (Mooncake arrivals and a synthetic mix) under every
+scheduling policy, ``fcfs`` being the peer (:mod:`pyagent_engine.benchmarks.scheduling`).
+
 ``grammars`` measures structured output: compile and mask times per backend, the engine's per-token
 overhead over the backend called directly, and constrained against unconstrained generation
 (:mod:`pyagent_engine.benchmarks.grammar_e2e`).
@@ -316,6 +319,46 @@ def parsers(
     print_table("ratios (peer time / pyagent time)", ["parser", "peer", "streaming", "whole message"],
                 [(r["parser"], r["peer"], f"{r['stream_speedup']:.1f}x",
                   "-" if r["extract_ratio"] is None else f"{r['extract_ratio']:.2f}x") for r in report["ratios"]])
+
+
+@app.command("scheduling")
+def scheduling(
+    requests: Annotated[int, typer.Option(min=4, help="Requests per workload.")] = 32,
+    policies: Annotated[str, typer.Option(help="Comma-separated scheduling policies (fcfs first: the peer).")] = (
+        "fcfs,priority,lpm,edf,fair,hrrn"),
+    load: Annotated[float, typer.Option(min=0.05, help="Offered load of the Mooncake replay (of capacity).")] = 0.9,
+    synthetic_load: Annotated[float, typer.Option(min=0.05, help="Offered load of the synthetic mix.")] = 3.0,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time to first token per priority class, deadline misses, tenant fairness and throughput per policy."""
+    from pyagent_engine.benchmarks.scheduling import SchedulingBenchSettings, run_scheduling_benchmark
+
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    report = run_scheduling_benchmark(SchedulingBenchSettings(
+        requests=requests, policies=names, load=load, synthetic_load=synthetic_load))
+    if save_or_print_json(report, out, json_out):
+        return
+    for name, results in report["results"].items():
+        shape = report["workloads"][name]
+        print_table(
+            f"{name}: {shape['requests']} requests over {shape['span_s']:.1f} s, prompts "
+            f"{shape['prompt_tokens_mean']:.0f} and outputs {shape['output_tokens_mean']:.0f} tokens on average; "
+            f"capacity {report['capacity_tokens_per_s']:.0f} tokens/s, {report['torch_threads']} torch threads",
+            ["policy", "ttft p50/p99 ms prio 0", "ttft p50/p99 ms prio 1", "deadline misses", "jain (contended)",
+             "tok/s (vs fcfs)", "tok/cpu-s (vs fcfs)", "preempted"],
+            [(policy, _ttft_ms(r, "priority 0"), _ttft_ms(r, "priority 1"),
+              "-" if r["deadline_miss_rate"] is None else f"{r['deadline_miss_rate']:.0%}",
+              _number(r["jain_contended"], 2), f"{r['throughput_tok_s']:.1f} ({_number(r['throughput_vs_fcfs'], 3)})",
+              f"{r['throughput_cpu_tok_s']:.1f} ({_number(r['throughput_cpu_vs_fcfs'], 3)})", r["preemptions"])
+             for policy, r in results.items()],
+        )
+
+
+def _ttft_ms(figures: dict[str, Any], label: str) -> str:
+    """``p50/p99`` time to first token of one priority class, in milliseconds."""
+    p50, p99 = figures["ttft_p50_s"][label], figures["ttft_p99_s"][label]
+    return "-" if p50 is None else f"{p50 * 1e3:.0f}/{p99 * 1e3:.0f}"
 
 
 @app.command("prefix-cache")

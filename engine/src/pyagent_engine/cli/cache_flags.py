@@ -1,4 +1,4 @@
-"""KV-cache flags of ``pyagent generate``: prefix caching, its eviction policy, hash, offload tier and schedule.
+"""KV-cache flags of ``pyagent generate``: prefix caching, its eviction policy, hash and offload tier.
 
 Per-request isolation (``cache_salt``) and opting out (``skip_prefix_cache``) are request parameters
 of the Python API (:class:`~pyagent_engine.params.SamplingParams`).
@@ -27,14 +27,11 @@ KvHashOpt = Annotated[str, typer.Option(
 OffloadOpt = Annotated[int, typer.Option(
     "--offload-blocks", min=0, rich_help_panel=PANEL,
     help="Blocks of host memory that evicted KV blocks go down to and come back up from (0: no tier).")]
-ScheduleOpt = Annotated[str, typer.Option(
-    "--schedule", rich_help_panel=PANEL,
-    help="Waiting-queue order: fcfs, or prefix (longest cached prefix first; needs --prefix-caching).")]
 
 
 def cache_config(prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None, kv_hash: str,
-                 offload_blocks: int, schedule: str) -> dict[str, Any]:
+                 offload_blocks: int) -> dict[str, Any]:
     """The :class:`~pyagent_engine.engine.EngineConfig` fields the KV-cache flags set."""
     return {"prefix_caching": prefix_caching, "eviction": eviction,
             "eviction_options": parse_assignments(eviction_opt or []), "kv_hash": kv_hash,
-            "offload_blocks": offload_blocks, "schedule": schedule}
+            "offload_blocks": offload_blocks}

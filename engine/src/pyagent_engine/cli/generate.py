@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import attrs
 import typer
 
 from pyagent_core.cli import parse as parse_cli
@@ -123,8 +124,8 @@ def _summary(finals: list[RequestOutput], backends: dict[str, str], wall: float)
             f"tokens, ttft {ttft}, decode {per_stream}, {output_tokens / wall:.1f} tok/s overall")
 
 
-def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams, chat: bool, system: str | None,
-         stream_text: bool) -> Iterator[RequestOutput]:
+def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams | list[SamplingParams], chat: bool,
+         system: str | None, stream_text: bool) -> Iterator[RequestOutput]:
     for output in llm.stream(prompts, params, chat=chat, system=system):
         if stream_text and output.delta:
             sys.stdout.write(output.delta)
@@ -156,7 +157,8 @@ def generate(
     spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
     eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
-    offload_blocks: cache_flags.OffloadOpt = 0, schedule: cache_flags.ScheduleOpt = "fcfs",
+    offload_blocks: cache_flags.OffloadOpt = 0, scheduler: batch_flags.SchedulerOpt = None,
+    scheduler_opt: batch_flags.SchedulerOptsOpt = None,
     max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
     block_size: batch_flags.BlockSizeOpt = 16,
     ignore_eos: Annotated[bool, typer.Option(
@@ -182,7 +184,8 @@ def generate(
                             seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {})
     engine_config = {
-        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks, schedule),
+        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
+        **batch_flags.scheduler_config(scheduler, scheduler_opt),
         **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
@@ -196,7 +199,8 @@ def generate(
     good = [line for line in lines if line.prompt is not None]
     ready = {line.index: _line_failure(line) for line in lines if line.prompt is None}
     finals: list[RequestOutput] = []
-    outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], params, not raw, system,
+    per_line = [attrs.evolve(params, **line.scheduling) for line in good]  # checked while reading the file
+    outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], per_line, not raw, system,
                    stream_text=single)
     for output in itertools.chain(outputs, [None]):  # None: the end, where failed lines left at the tail go out
         if output is not None:
@@ -254,7 +258,8 @@ def chat(
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
     tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
-    reasoning_parser: parse_cli.ReasoningOpt = None,
+    reasoning_parser: parse_cli.ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
+    scheduler_opt: batch_flags.SchedulerOptsOpt = None,
 ) -> None:
     """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
 
@@ -269,7 +274,8 @@ def chat(
     parsing = chat_parsing.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             extra=sampler.params if sampler else {})
-    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize)
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize,
+                    cache=batch_flags.scheduler_config(scheduler, scheduler_opt))
     check_sampling(llm, params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     editor = LineEditor(sys.stdin.isatty())

@@ -2,7 +2,9 @@
 
 A line is a plain-text prompt, or a JSON object with ``"prompt": "..."`` or ``"messages": [...]``
 (OpenAI chat messages) and optionally ``"id"`` or ``"custom_id"`` (a string or integer carried to the
-output record, as in vLLM's offline API and OpenAI's batch format). Blank lines are skipped.
+output record, as in vLLM's offline API and OpenAI's batch format) and the scheduling fields
+``"priority"``, ``"deadline_s"`` and ``"tenant"`` of that request (see
+:class:`~pyagent_engine.params.SamplingParams`). Blank lines are skipped.
 
 The file is UTF-8; a byte-order mark is dropped, and a UTF-16 or UTF-32 file with its mark is read
 too. A line that cannot be used (not UTF-8, invalid JSON, a message without ``content``, a lone
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pyagent_core.errors import ChatTemplateError, RequestError
+from pyagent_engine.params import SamplingParams
 
 if TYPE_CHECKING:
     from pyagent_engine.llm import Prompt
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
 ID_KEYS = ("id", "custom_id")
 PROMPT_KEYS = ("prompt", "messages")
+SCHEDULING_KEYS = ("priority", "deadline_s", "tenant")
 _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
               (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
@@ -43,6 +47,7 @@ class PromptLine:
         prompt: the prompt (text or messages), ``None`` when the line is unusable.
         ids: the line's ``id`` / ``custom_id``, as given.
         error: ``FILE:LINE: what is wrong`` when the line is unusable, else ``None``.
+        scheduling: the line's ``priority`` / ``deadline_s`` / ``tenant``, checked.
     """
 
     index: int
@@ -50,6 +55,7 @@ class PromptLine:
     prompt: Prompt | None = None
     ids: Mapping[str, Any] = attrs.field(factory=dict)
     error: str | None = None
+    scheduling: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -117,17 +123,19 @@ def _check_message(message: Any, where: str) -> None:
             _check_text(value, f"{where}.{key}")
 
 
-def _parse_json(text: str) -> tuple[Prompt, dict[str, Any]]:
+def _parse_json(text: str) -> tuple[Prompt, dict[str, Any], dict[str, Any]]:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RequestError(f"invalid JSON at column {exc.colno} ({exc.msg}); write one object per line") from None
     if not isinstance(record, dict):
         raise RequestError(f"expected a JSON object, got {type(record).__name__}")
-    unknown = sorted(set(record) - {*ID_KEYS, *PROMPT_KEYS})
+    unknown = sorted(set(record) - {*ID_KEYS, *PROMPT_KEYS, *SCHEDULING_KEYS})
     if unknown:
         raise RequestError(f"unknown key {unknown[0]!r}; a line holds 'prompt' or 'messages', "
-                           "and optionally 'id' or 'custom_id'")
+                           "and optionally 'id' or 'custom_id', 'priority', 'deadline_s' and 'tenant'")
+    scheduling = {key: record[key] for key in SCHEDULING_KEYS if key in record}
+    SamplingParams(**scheduling)  # raises RequestError naming a bad field
     ids = {key: record[key] for key in ID_KEYS if key in record}
     for key, value in ids.items():
         if not isinstance(value, (str, int)) or isinstance(value, bool):
@@ -138,13 +146,13 @@ def _parse_json(text: str) -> tuple[Prompt, dict[str, Any]]:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise RequestError(f"'prompt' must be a non-empty string, got {json.dumps(record['prompt'])}")
         _check_text(record["prompt"], "prompt")
-        return record["prompt"], ids
+        return record["prompt"], ids, scheduling
     messages = record["messages"]
     if not isinstance(messages, list) or not messages:
         raise RequestError(f"'messages' must be a non-empty list of messages, got {json.dumps(messages)}")
     for number, message in enumerate(messages):
         _check_message(message, f"messages[{number}]")
-    return messages, ids
+    return messages, ids, scheduling
 
 
 def _id_of(text: str) -> dict[str, Any]:
@@ -176,8 +184,8 @@ def read_prompt_lines(path: Path) -> list[PromptLine]:
                 lines.append(PromptLine(index, number, error=f"{path}:{number}: {exc}"))
         else:
             try:
-                prompt, ids = _parse_json(text)
-                lines.append(PromptLine(index, number, prompt=prompt, ids=ids))
+                prompt, ids, scheduling = _parse_json(text)
+                lines.append(PromptLine(index, number, prompt=prompt, ids=ids, scheduling=scheduling))
             except RequestError as exc:
                 lines.append(PromptLine(index, number, ids=_id_of(text), error=f"{path}:{number}: {exc}"))
     if not lines:

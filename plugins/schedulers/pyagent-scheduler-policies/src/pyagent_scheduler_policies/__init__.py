@@ -1,0 +1,1 @@
+"""pyagent-scheduler-policies: the waiting-queue orders and preemption victims pyagent ships."""
