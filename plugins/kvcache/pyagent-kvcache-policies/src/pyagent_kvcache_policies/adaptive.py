@@ -121,7 +121,7 @@ class AdaptivePolicy(TurnAwarePolicy):
 
     def forget(self, block_id: int) -> None:
         """Drop the history both experts and the shadows keep of ``block_id``."""
-        super().forget(block_id)
+        turn_aware_forget(self, block_id)
         if (block_id * HASH_MULTIPLIER) & 0xFFFFFFFF < self.threshold:
             self.shadows.forget(block_id)
 
@@ -138,4 +138,6 @@ class AdaptivePolicy(TurnAwarePolicy):
 
 
 turn_aware_insert = TurnAwarePolicy.insert_with_info
-"""Turn-aware's insert, which :meth:`AdaptivePolicy.insert_with_info` extends (no ``super()`` lookup)."""
+turn_aware_forget = TurnAwarePolicy.forget
+"""Turn-aware's methods that :class:`AdaptivePolicy` extends, bound here so that a call costs no
+``super()`` lookup (these run on every insert and every recycled id)."""

@@ -104,11 +104,9 @@ class TurnAwarePolicy(EvictionPolicy):
         """
         del self.uses[block_id]
         if self.small.pop(block_id, True) is None:
-            self.evicted_small += 1
-            self._remember(block_id, True, self.evicted_small)
+            self._remember(block_id, True)
         elif self.main.pop(block_id, True) is None:
-            self.evicted_main += 1
-            self._remember(block_id, False, self.evicted_main)
+            self._remember(block_id, False)
         else:
             del self.tails[block_id]
 
@@ -119,7 +117,12 @@ class TurnAwarePolicy(EvictionPolicy):
         self.ghost.pop(block_id, None)
         self.recall.pop(block_id, None)
 
-    def _remember(self, block_id: int, from_small: bool, count: int) -> None:
+    def _remember(self, block_id: int, from_small: bool) -> None:
+        """Count ``block_id``'s eviction from its queue and keep it in the ghost history."""
+        if from_small:
+            self.evicted_small = count = self.evicted_small + 1
+        else:
+            self.evicted_main = count = self.evicted_main + 1
         ghost = self.ghost
         ghost[block_id] = (from_small, count)
         if len(ghost) > self.ghost_size:
@@ -139,12 +142,15 @@ class TurnAwarePolicy(EvictionPolicy):
             del uses[block_id]
             return block_id
         block_id, from_small = evict_lazily(self.small, self.main, uses, self.small_target)
+        # _remember's work, inline: this runs on every eviction turn-aware leads.
         if from_small:
-            self.evicted_small += 1
-            self._remember(block_id, True, self.evicted_small)
+            self.evicted_small = count = self.evicted_small + 1
         else:
-            self.evicted_main += 1
-            self._remember(block_id, False, self.evicted_main)
+            self.evicted_main = count = self.evicted_main + 1
+        ghost = self.ghost
+        ghost[block_id] = (from_small, count)
+        if len(ghost) > self.ghost_size:
+            ghost.popitem(last=False)
         return block_id
 
     def __len__(self) -> int:
