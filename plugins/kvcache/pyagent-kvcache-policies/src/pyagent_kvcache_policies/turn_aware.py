@@ -72,15 +72,13 @@ class TurnAwarePolicy(EvictionPolicy):
             self.tails[block_id] = None
         elif remembered is None:
             self.small[block_id] = None
-        else:
-            self._adapt(*remembered)
+        else:  # a ghost hit: a recent one grows the queue it was evicted from
+            from_small, evicted_at = remembered
+            if from_small and self.evicted_small - evicted_at <= self.window:
+                self.small_target = min(self.max_small, self.small_target + self.step)
+            elif not from_small and self.evicted_main - evicted_at <= self.window:
+                self.small_target = max(self.min_small, self.small_target - self.step)
             self.main[block_id] = None
-
-    def _adapt(self, from_small: bool, evicted_at: int) -> None:
-        if from_small and self.evicted_small - evicted_at <= self.window:
-            self.small_target = min(self.max_small, self.small_target + self.step)
-        elif not from_small and self.evicted_main - evicted_at <= self.window:
-            self.small_target = max(self.min_small, self.small_target - self.step)
 
     def touch(self, block_id: int) -> None:
         """Count a use of ``block_id`` (no reordering)."""
