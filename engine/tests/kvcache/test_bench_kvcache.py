@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pyagent_core.cli import full_app
@@ -59,4 +60,10 @@ def test_bench_kvcache_takes_several_traces_and_shares_of_their_blocks(tmp_path:
     summary = {r["policy"]: r for r in report["summary"]}
     fifo = [r for r in report["results"] if r["policy"] == "fifo"]
     assert summary["fifo"]["worst_points_vs_lru"] == min(r["points_vs_lru"] for r in fifo)
+    requested = {t["trace"]: t["blocks_requested"] for t in report["traces"]}
+    for row in fifo + lru_rows:  # every policy's call time over the same count: the blocks requested
+        assert row["ns_per_block"] == pytest.approx(row["ns_per_op"] * row["calls"] / requested[row["trace"]])
+        peer = next(r for r in lru_rows if (r["trace"], r["share"]) == (row["trace"], row["share"]))
+        assert row["ns_per_block_ratio_to_lru"] == pytest.approx(row["ns_per_block"] / peer["ns_per_block"])
+    assert summary["fifo"]["max_ns_per_block_ratio_to_lru"] == max(r["ns_per_block_ratio_to_lru"] for r in fifo)
     assert "every trace and capacity" in result.output

@@ -24,6 +24,7 @@ from pyagent_engine.kvcache.simulator import (
     gap_closed,
     record_and_time,
     record_calls,
+    replay,
     replay_all,
     replay_min,
     replay_policy,
@@ -195,8 +196,11 @@ def test_recorded_calls_replay_to_a_timing() -> None:
     policies = installed_policies()
     trace = tree_trace([[0, 1, 2], [0, 1, 3], [1, 2], [0, 1, 2, 3]] * 5)
     timed = record_and_time(trace, {"lru": policies["lru"], "fifo": policies["fifo"]}, 3, rounds=2)
-    for name, (result, ns) in timed.items():
+    for name, (result, ns, calls) in timed.items():
         assert result == replay_policy(trace, policies[name], 3, name) and ns > 0
+        recorder = RecordingPolicy(policies[name](EvictionContext(3, trace.block_size)))
+        replay(trace, TraceCache(recorder), name)
+        assert calls == len(recorder.calls)
 
 
 def write_lines(tmp_path: Path, lines: list[str]) -> Path:

@@ -196,17 +196,21 @@ def kvcache(
                           f"unbounded {t['unbounded_hit_ratio']:.1%})" for t in report["traces"])
     print_table(
         f"{described}; gap = LRU to MIN",
-        ["trace", "capacity", "policy", "hit ratio", "vs lru (points)", "gap closed", "ns/op", "ns vs lru"],
+        ["trace", "capacity", "policy", "hit ratio", "vs lru (points)", "gap closed", "ns/op", "ns vs lru",
+         "ns/block vs lru"],
         [(r["trace"], f"{r['capacity']} ({r['share']})", r["policy"], f"{r['hit_ratio']:.2%}",
           f"{r['points_vs_lru']:+.2f}", "-" if r["gap_closed"] is None else f"{r['gap_closed']:.1%}",
           _number(r["ns_per_op"], 0),
-          "-" if r["ns_ratio_to_lru"] is None else f"{r['ns_ratio_to_lru']:.2f}x") for r in report["results"]],
+          "-" if r["ns_ratio_to_lru"] is None else f"{r['ns_ratio_to_lru']:.2f}x",
+          "-" if r["ns_per_block_ratio_to_lru"] is None else f"{r['ns_per_block_ratio_to_lru']:.2f}x")
+         for r in report["results"]],
     )
     print_table(
         "every trace and capacity",
-        ["policy", "mean gap closed", "worst vs lru (points)", "most ns vs lru"],
+        ["policy", "mean gap closed", "worst vs lru (points)", "most ns vs lru", "most ns/block vs lru"],
         [(r["policy"], "-" if r["mean_gap_closed"] is None else f"{r['mean_gap_closed']:.1%}",
-          f"{r['worst_points_vs_lru']:+.2f}", f"{r['max_ns_ratio_to_lru']:.2f}x") for r in report["summary"]],
+          f"{r['worst_points_vs_lru']:+.2f}", f"{r['max_ns_ratio_to_lru']:.2f}x",
+          f"{r['max_ns_per_block_ratio_to_lru']:.2f}x") for r in report["summary"]],
     )
 
 

@@ -135,11 +135,14 @@ def record_calls(trace: BlockTrace, factory: PolicyFactory, capacity: int, name:
 
 
 def record_and_time(trace: BlockTrace, factories: Mapping[str, PolicyFactory], capacity: int,
-                    rounds: int = 3) -> dict[str, tuple[ReplayResult, float]]:
+                    rounds: int = 3) -> dict[str, tuple[ReplayResult, float, int]]:
     """Replay ``trace`` through each policy while recording its calls, then time those calls alone.
 
-    The timings take turns (every policy once per round) and each policy keeps its fastest round,
-    so a stretch of load from other work slows every policy alike or none.
+    Returns, per policy, its result, nanoseconds per call and the number of calls it received
+    (policies receive different numbers: the index calls ``forget`` only on policies that keep
+    history, and a policy that evicts less is called less). The timings take turns (every policy
+    once per round) and each policy keeps its fastest round, so a stretch of load from other work
+    slows every policy alike or none.
     """
     context = EvictionContext(capacity, trace.block_size)
     recorded = {name: record_calls(trace, factory, capacity, name) for name, factory in factories.items()}
@@ -147,7 +150,7 @@ def record_and_time(trace: BlockTrace, factories: Mapping[str, PolicyFactory], c
     for _ in range(max(1, rounds)):
         for name, factory in factories.items():
             fastest[name] = min(fastest[name], time_policy_calls(factory, context, recorded[name][1]))
-    return {name: (result, fastest[name]) for name, (result, _) in recorded.items()}
+    return {name: (result, fastest[name], len(calls)) for name, (result, calls) in recorded.items()}
 
 
 def gap_closed(result: ReplayResult, lru: ReplayResult, optimum: ReplayResult) -> float | None:

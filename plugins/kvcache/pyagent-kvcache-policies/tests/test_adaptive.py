@@ -16,7 +16,8 @@ from pyagent_kvcache_policies.turn_aware import TurnAwarePolicy
 
 CAPACITY = 400
 SPEC = {spec.name: spec for spec in SPECS}
-POLICIES = {"lru": LruPolicy, "turn-aware": TurnAwarePolicy, "adaptive": AdaptivePolicy}
+POLICIES: dict[str, type[EvictionPolicy]] = {
+    "lru": LruPolicy, "turn-aware": TurnAwarePolicy, "adaptive": AdaptivePolicy}
 
 
 def make(name: str) -> EvictionPolicy:

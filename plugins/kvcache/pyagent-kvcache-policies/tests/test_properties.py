@@ -14,7 +14,6 @@ from pyagent_core.errors import EvictionError
 from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
-from pyagent_kvcache_policies.adaptive import AdaptivePolicy
 from pyagent_kvcache_policies.arc import ArcPolicy
 from pyagent_kvcache_policies.plugin import SPECS
 from pyagent_kvcache_policies.s3fifo import S3FifoPolicy
@@ -35,9 +34,7 @@ def ghosts(policy: EvictionPolicy) -> int:
     """Evicted ids the policy still remembers (0 for policies without a ghost list)."""
     if isinstance(policy, ArcPolicy):
         return len(policy.b1) + len(policy.b2)
-    if isinstance(policy, AdaptivePolicy):
-        return ghosts(policy.turns)
-    if isinstance(policy, S3FifoPolicy | TurnAwarePolicy):
+    if isinstance(policy, S3FifoPolicy | TurnAwarePolicy):  # adaptive is a TurnAwarePolicy
         return len(policy.ghost)
     return 0
 

@@ -1,10 +1,12 @@
 """Adaptive eviction: LRU and turn-aware order the same blocks, and the one doing better picks victims.
 
 ``turn-aware`` wins on conversation traces and loses to LRU on others; neither is safe as a default.
-This policy keeps both orders over its blocks (an ``OrderedDict`` for LRU, a
-:class:`~pyagent_kvcache_policies.turn_aware.TurnAwarePolicy` for the other) and asks one of them,
-the *leader*, for each victim; the other drops the victim too (turn-aware remembers it in its ghost
-history, as if it had evicted it itself, so it still recognises a conversation's next turn).
+This policy is a :class:`~pyagent_kvcache_policies.turn_aware.TurnAwarePolicy` whose table of
+present blocks (their uses) is an ``OrderedDict`` kept in LRU order: moved to the end on a touch,
+entered at the end on an insert, which is all LRU needs. So both experts order the same blocks at
+the cost of one, and the policy asks one of them, the *leader*, for each victim; the other drops
+the victim too (turn-aware remembers LRU's victims in its ghost history, as if it had evicted them
+itself, so it still recognises a conversation's next turn).
 
 Which expert leads is decided by what each would have hit on its own: two shadow caches, an LRU and
 a turn-aware of ``rate * capacity`` blocks, see the accesses (inserts and touches) of a sample of
@@ -28,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext, EvictionPolicy
+from pyagent_core.interfaces.eviction import BlockInfo, EvictionContext
 from pyagent_kvcache_policies.plugin import TURN_AWARE_OPTIONS
 from pyagent_kvcache_policies.turn_aware import TurnAwarePolicy
 
@@ -59,34 +61,31 @@ class ShadowCaches:
             if len(recency) > self.capacity:
                 recency.popitem(last=False)
             lru_hit = False
-        turns_hit = block_id in turns
+        turns_hit = block_id in turns.uses
         if turns_hit:
-            turns.withdraw(block_id)
-        elif len(turns) >= self.capacity:
+            turns.remove(block_id)
+        elif len(turns.uses) >= self.capacity:
             turns.pick()
-        turns.admit(block_id, info)
+        turns.insert_with_info(block_id, info)
         return int(turns_hit) - int(lru_hit)
 
     def forget(self, block_id: int) -> None:
         """Drop every trace of ``block_id``: the id names other content from now on."""
         self.recency.pop(block_id, None)
         turns = self.turns
-        if block_id in turns:
+        if block_id in turns.uses:
             turns.discard(block_id)
-        turns.erase(block_id)
+        turns.forget(block_id)
 
 
-class AdaptivePolicy(EvictionPolicy):
+class AdaptivePolicy(TurnAwarePolicy):
     """LRU and turn-aware over the same blocks; sampled shadow caches pick which one evicts."""
 
     def __init__(self, options: Mapping[str, Any], context: EvictionContext) -> None:
         super().__init__(options, context)
+        self.uses: OrderedDict[int, int] = OrderedDict()
+        """Turn-aware's uses of every present id, least recently used first: the LRU expert."""
         turn_options = {name: self.options[name] for name in TURN_AWARE_OPTIONS}
-        self.recency: OrderedDict[int, None] = OrderedDict()
-        """The LRU expert: every present id, least recently used first."""
-        self.turns = TurnAwarePolicy(turn_options, context)
-        """The turn-aware expert over the same ids."""
-        self.history = self.turns.history
         rate = min(1.0, max(self.options["sample"], MIN_SHADOW / self.capacity))
         self.threshold = round(rate * 2**32)
         """An id is sampled when its hash, in ``[0, 2^32)``, is below this."""
@@ -98,9 +97,6 @@ class AdaptivePolicy(EvictionPolicy):
         self.score = 0
         """Sampled accesses turn-aware hit and LRU missed, minus the converse, within +-``limit``."""
 
-    def _sampled(self, block_id: int) -> bool:
-        return (block_id * HASH_MULTIPLIER) & 0xFFFFFFFF < self.threshold
-
     def _observe(self, block_id: int, info: BlockInfo | None) -> None:
         score = self.score + self.shadows.access(block_id, info)
         self.score = max(-self.limit, min(self.limit, score))
@@ -110,59 +106,38 @@ class AdaptivePolicy(EvictionPolicy):
         """The expert that picks the next victim: ``"turn-aware"`` or ``"lru"``."""
         return "turn-aware" if self.score > 0 else "lru"
 
-    def insert(self, block_id: int) -> None:
-        """Insert ``block_id`` with nothing known of its place (a full block)."""
-        self.insert_with_info(block_id, None)
-
     def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
         """Track ``block_id`` in both experts (most recent for LRU) and show it to the shadows."""
-        recency = self.recency
-        if block_id in recency or len(recency) >= self.capacity:
-            self.check_insert(block_id)
-        recency[block_id] = None
-        self.turns.admit(block_id, info)
+        turn_aware_insert(self, block_id, info)
         if (block_id * HASH_MULTIPLIER) & 0xFFFFFFFF < self.threshold:
             self._observe(block_id, info)
 
     def touch(self, block_id: int) -> None:
         """Record an access to ``block_id`` in both experts and the shadows."""
-        self.check_present(block_id)
-        self.recency.move_to_end(block_id)
-        self.turns.touch(block_id)
-        if self._sampled(block_id):
+        super().touch(block_id)
+        self.uses.move_to_end(block_id)
+        if (block_id * HASH_MULTIPLIER) & 0xFFFFFFFF < self.threshold:
             self._observe(block_id, None)
-
-    def remove(self, block_id: int) -> None:
-        """Stop tracking ``block_id`` in both experts."""
-        if self.recency.pop(block_id, True) is not None:
-            self.check_present(block_id)
-        self.turns.withdraw(block_id)
 
     def forget(self, block_id: int) -> None:
         """Drop the history both experts and the shadows keep of ``block_id``."""
-        if block_id in self.recency:
-            super().forget(block_id)
-        self.turns.erase(block_id)
-        if self._sampled(block_id):
+        turn_aware_forget(self, block_id)
+        if (block_id * HASH_MULTIPLIER) & 0xFFFFFFFF < self.threshold:
             self.shadows.forget(block_id)
 
     def evict(self) -> int:
         """The leader's victim, dropped by the other expert too."""
-        if not self.recency:
+        uses = self.uses
+        if not uses:
             self.check_not_empty()
-        if self.score > 0:
-            block_id = self.turns.pick()
-            del self.recency[block_id]
-        elif self.tails_first and self.turns.tails:
-            block_id = self.turns.pick()
-            del self.recency[block_id]
-        else:
-            block_id = self.recency.popitem(last=False)[0]
-            self.turns.discard(block_id)
+        if self.score > 0 or (self.tails_first and self.tails):
+            return self.pick()
+        block_id = next(iter(uses))
+        self.discard(block_id)
         return block_id
 
-    def __len__(self) -> int:
-        return len(self.recency)
 
-    def __contains__(self, block_id: object) -> bool:
-        return block_id in self.recency
+turn_aware_insert = TurnAwarePolicy.insert_with_info
+turn_aware_forget = TurnAwarePolicy.forget
+"""Turn-aware's methods that :class:`AdaptivePolicy` extends, bound here so that a call costs no
+``super()`` lookup (these run on every insert and every recycled id)."""

@@ -58,31 +58,27 @@ class TurnAwarePolicy(EvictionPolicy):
 
     def insert_with_info(self, block_id: int, info: BlockInfo | None) -> None:
         """Queue ``block_id``: tails if partial, main if reused or remembered, else small."""
-        self.check_insert(block_id)
-        self.admit(block_id, info)
-
-    def admit(self, block_id: int, info: BlockInfo | None) -> None:
-        """What :meth:`insert_with_info` does once it has checked that ``block_id`` may come in."""
-        uses = self.recall.pop(block_id, None)
-        if uses is not None:
-            self.uses[block_id] = min(uses + 1, MAX_USES)
+        uses = self.uses
+        if block_id in uses or len(uses) >= self.capacity:
+            self.check_insert(block_id)
+        kept = self.recall.pop(block_id, None)
+        if kept is not None:
+            uses[block_id] = kept + 1 if kept < MAX_USES else MAX_USES
             self.main[block_id] = None
             return
-        self.uses[block_id] = 0
+        uses[block_id] = 0
         remembered = self.ghost.pop(block_id, None)
         if info is not None and not info.full:
             self.tails[block_id] = None
         elif remembered is None:
             self.small[block_id] = None
-        else:
-            self._adapt(*remembered)
+        else:  # a ghost hit: a recent one grows the queue it was evicted from
+            from_small, evicted_at = remembered
+            if from_small and self.evicted_small - evicted_at <= self.window:
+                self.small_target = min(self.max_small, self.small_target + self.step)
+            elif not from_small and self.evicted_main - evicted_at <= self.window:
+                self.small_target = max(self.min_small, self.small_target - self.step)
             self.main[block_id] = None
-
-    def _adapt(self, from_small: bool, evicted_at: int) -> None:
-        if from_small and self.evicted_small - evicted_at <= self.window:
-            self.small_target = min(self.max_small, self.small_target + self.step)
-        elif not from_small and self.evicted_main - evicted_at <= self.window:
-            self.small_target = max(self.min_small, self.small_target - self.step)
 
     def touch(self, block_id: int) -> None:
         """Count a use of ``block_id`` (no reordering)."""
@@ -91,23 +87,12 @@ class TurnAwarePolicy(EvictionPolicy):
 
     def remove(self, block_id: int) -> None:
         """Stop tracking ``block_id``; when a request gives it back it enters main."""
-        self.check_present(block_id)
-        self.withdraw(block_id)
-
-    def withdraw(self, block_id: int) -> None:
-        """What :meth:`remove` does once it has checked that ``block_id`` is present."""
+        uses = self.uses
+        if block_id not in uses:
+            self.check_present(block_id)
         if self.small.pop(block_id, True) is not None and self.main.pop(block_id, True) is not None:
             del self.tails[block_id]
-        self.recall.keep(block_id, self.uses.pop(block_id))
-
-    def _dequeue(self, block_id: int) -> int:
-        """Take the present ``block_id`` out of its queue: 0 tails, 1 small, 2 main."""
-        if self.small.pop(block_id, True) is None:
-            return 1
-        if self.main.pop(block_id, True) is None:
-            return 2
-        del self.tails[block_id]
-        return 0
+        self.recall.keep(block_id, uses.pop(block_id))
 
     def discard(self, block_id: int) -> None:
         """Evict ``block_id``, which must be present, chosen by someone else (no check made).
@@ -115,48 +100,55 @@ class TurnAwarePolicy(EvictionPolicy):
         It leaves its queue and is remembered in the ghost history like a victim of that queue (a
         partial tail is not remembered), as :meth:`evict` would have done.
         """
-        where = self._dequeue(block_id)
         del self.uses[block_id]
-        if where == 1:
-            self.evicted_small += 1
-            self._remember(block_id, True, self.evicted_small)
-        elif where == 2:
-            self.evicted_main += 1
-            self._remember(block_id, False, self.evicted_main)
+        if self.small.pop(block_id, True) is None:
+            self._remember(block_id, True)
+        elif self.main.pop(block_id, True) is None:
+            self._remember(block_id, False)
+        else:
+            del self.tails[block_id]
 
     def forget(self, block_id: int) -> None:
         """Drop ``block_id`` from the ghost history and from the memory of taken blocks."""
-        super().forget(block_id)
-        self.erase(block_id)
-
-    def erase(self, block_id: int) -> None:
-        """What :meth:`forget` does once it has checked that ``block_id`` is absent."""
+        if block_id in self.uses:
+            super().forget(block_id)
         self.ghost.pop(block_id, None)
         self.recall.pop(block_id, None)
 
-    def _remember(self, block_id: int, from_small: bool, count: int) -> None:
-        self.ghost[block_id] = (from_small, count)
-        if len(self.ghost) > self.ghost_size:
-            self.ghost.popitem(last=False)
+    def _remember(self, block_id: int, from_small: bool) -> None:
+        """Count ``block_id``'s eviction from its queue and keep it in the ghost history."""
+        if from_small:
+            self.evicted_small = count = self.evicted_small + 1
+        else:
+            self.evicted_main = count = self.evicted_main + 1
+        ghost = self.ghost
+        ghost[block_id] = (from_small, count)
+        if len(ghost) > self.ghost_size:
+            ghost.popitem(last=False)
 
     def evict(self) -> int:
         """Evict a partial tail, else small's head (unless used: to main), else main's unused head."""
-        self.check_not_empty()
+        if not self.uses:
+            self.check_not_empty()
         return self.pick()
 
     def pick(self) -> int:
         """What :meth:`evict` does once it has checked that there is a block to evict."""
-        if self.tails:
-            block_id = self.tails.popitem(last=False)[0]
-            del self.uses[block_id]
+        tails, uses = self.tails, self.uses
+        if tails:
+            block_id = tails.popitem(last=False)[0]
+            del uses[block_id]
             return block_id
-        block_id, from_small = evict_lazily(self.small, self.main, self.uses, self.small_target)
+        block_id, from_small = evict_lazily(self.small, self.main, uses, self.small_target)
+        # _remember's work, inline: this runs on every eviction turn-aware leads.
         if from_small:
-            self.evicted_small += 1
-            self._remember(block_id, True, self.evicted_small)
+            self.evicted_small = count = self.evicted_small + 1
         else:
-            self.evicted_main += 1
-            self._remember(block_id, False, self.evicted_main)
+            self.evicted_main = count = self.evicted_main + 1
+        ghost = self.ghost
+        ghost[block_id] = (from_small, count)
+        if len(ghost) > self.ghost_size:
+            ghost.popitem(last=False)
         return block_id
 
     def __len__(self) -> int:
