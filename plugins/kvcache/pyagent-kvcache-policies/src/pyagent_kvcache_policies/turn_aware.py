@@ -140,15 +140,7 @@ class TurnAwarePolicy(EvictionPolicy):
             del uses[block_id]
             return block_id
         block_id, from_small = evict_lazily(self.small, self.main, uses, self.small_target)
-        # _remember's work, inline: this runs on every eviction turn-aware leads.
-        if from_small:
-            self.evicted_small = count = self.evicted_small + 1
-        else:
-            self.evicted_main = count = self.evicted_main + 1
-        ghost = self.ghost
-        ghost[block_id] = (from_small, count)
-        if len(ghost) > self.ghost_size:
-            ghost.popitem(last=False)
+        self._remember(block_id, from_small)
         return block_id
 
     def __len__(self) -> int:
