@@ -350,10 +350,11 @@ def scheduling(
             f"{shape['prompt_tokens_mean']:.0f} and outputs {shape['output_tokens_mean']:.0f} tokens on average; "
             f"capacity {report['capacity_tokens_per_s']:.0f} tokens/s, {report['torch_threads']} torch threads",
             ["policy", "ttft p50/p99 ms prio 0", "ttft p50/p99 ms prio 1", "deadline misses", "jain (contended)",
-             "tok/s (vs fcfs)", "tok/cpu-s (vs fcfs)", "preempted"],
+             "jain (fair share)", "tok/s (vs fcfs)", "tok/cpu-s (vs fcfs)", "preempted"],
             [(policy, _ttft_ms(r, "priority 0"), _ttft_ms(r, "priority 1"),
               "-" if r["deadline_miss_rate"] is None else f"{r['deadline_miss_rate']:.0%}",
-              _number(r["jain_contended"], 2), f"{r['throughput_tok_s']:.1f} ({_number(r['throughput_vs_fcfs'], 3)})",
+              _number(r["jain_contended"], 2), _number(r["jain_fair_share"], 2),
+              f"{r['throughput_tok_s']:.1f} ({_number(r['throughput_vs_fcfs'], 3)})",
               f"{r['throughput_cpu_tok_s']:.1f} ({_number(r['throughput_cpu_vs_fcfs'], 3)})", r["preemptions"])
              for policy, r in results.items()],
         )
