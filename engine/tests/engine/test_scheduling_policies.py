@@ -197,3 +197,6 @@ def test_cli_takes_the_scheduler_and_each_line_s_fields(cli, tmp_path):
     unknown = cli("generate", "hi", "--max-tokens", "1", "--scheduler", "sjf", cwd=tmp_path)
     assert unknown.returncode == 2
     assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in unknown.stderr
+    chat = cli("chat", "--max-tokens", "1", "--scheduler", "sjf", stdin="hi\n", cwd=tmp_path)
+    assert chat.returncode == 2 and "Traceback" not in chat.stderr
+    assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in chat.stderr
