@@ -35,7 +35,8 @@ class Request:
     With speculative decoding, ``draft`` is the draft verified with it this step (see
     :mod:`pyagent_engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
     ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
-    scheduling policy sees.
+    scheduling policy sees. ``scheduled_time`` is when it was first admitted from the waiting queue and
+    ``token_times`` when each output token was appended (``time.perf_counter()`` readings).
     """
 
     request_id: str
@@ -49,7 +50,9 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     error: str | None = None
+    scheduled_time: float | None = None
     first_token_time: float | None = None
+    token_times: list[float] = attrs.field(factory=list)
     finish_time: float | None = None
     num_preemptions: int = 0
     block_hashes: list[BlockHash] = attrs.field(factory=list)
