@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,12 +20,14 @@ from hypothesis import strategies as st
 
 from pyagent_core.errors import ConfigError, RequestError
 from pyagent_core.interfaces.grammar import ConstraintSpec
+from pyagent_core.registry import Registry
 from pyagent_engine.engine import Engine, EngineConfig
 from pyagent_engine.llm import LLM
 from pyagent_engine.logprob_scoring import token_logprobs
 from pyagent_engine.logprobs import TokenLogprob
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.params import SamplingParams
+from pyagent_engine.request import Request
 from pyagent_engine.speculative import SpeculativeConfig
 from pyagent_engine.structured.params import StructuredOutputParams
 
@@ -74,13 +77,17 @@ def reference(hf_model: Any, ids: Sequence[int], bias: dict[int, float] | None =
 
 def new_engine(llm: LLM, speculative: SpeculativeConfig | None = None, **config: Any) -> Engine:
     """An engine over ``llm``'s weights with a small KV cache."""
-    return Engine(llm.loaded, config=EngineConfig(kv_cache_gib=KV_GIB, **config), speculative=speculative)
+    return Engine(llm.loaded, config=EngineConfig(**{"kv_cache_gib": KV_GIB, **config}), speculative=speculative)
 
 
 def run(engine: Engine, prompts: Sequence[list[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Any]:
     """Final outputs of ``prompts`` added together (batched) to ``engine``."""
     per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else params
-    requests = [engine.add_request(ids, p) for ids, p in zip(prompts, per_prompt, strict=True)]
+    return drain(engine, [engine.add_request(ids, p) for ids, p in zip(prompts, per_prompt, strict=True)])
+
+
+def drain(engine: Engine, requests: Sequence[Request]) -> list[Any]:
+    """Step ``engine`` until it is idle; the final outputs of ``requests``."""
     finals = {}
     while engine.has_unfinished():
         finals.update((o.request_id, o) for o in engine.step() if o.finished)
@@ -102,6 +109,14 @@ def check_record(record: TokenLogprob, row: torch.Tensor, k: int, atol: float = 
         assert float(row[outside].max()) <= record.top[-1][1] + atol, "a more likely token is missing from top"
         if record.rank <= k:
             assert (record.token_id, record.logprob) in record.top
+
+
+def check_same(a: list[TokenLogprob], b: list[TokenLogprob]) -> None:
+    """Two runs' records of the same tokens: equal ids, ranks and top ids, logprobs within ATOL."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert (x.token_id, x.rank, [t for t, _ in x.top]) == (y.token_id, y.rank, [t for t, _ in y.top])
+        assert abs(x.logprob - y.logprob) <= ATOL
 
 
 def test_generated_logprobs_match_transformers(llm: LLM, hf_model: Any, prompt_ids: list[list[int]]) -> None:
@@ -186,11 +201,8 @@ def test_speculation_reports_the_target_models_logprobs(llm: LLM, prompt_ids: li
     drafted = run(speculative, prompts, params)
     assert speculative.speculative is not None and speculative.speculative.stats.num_accepted_tokens > 0
     for a, b in zip(plain, drafted, strict=True):
-        assert a.output_token_ids == b.output_token_ids
-        assert len(b.logprobs) == len(b.output_token_ids)
-        for x, y in zip(a.logprobs, b.logprobs, strict=True):
-            assert (x.token_id, x.rank, [t for t, _ in x.top]) == (y.token_id, y.rank, [t for t, _ in y.top])
-            assert abs(x.logprob - y.logprob) <= ATOL
+        assert a.output_token_ids == b.output_token_ids and len(b.logprobs) == len(b.output_token_ids)
+        check_same(a.logprobs, b.logprobs)
 
 
 def test_structured_output_with_logprobs(llm: LLM, hf_model: Any, prompt_ids: list[list[int]]) -> None:
@@ -211,6 +223,46 @@ def test_structured_output_with_logprobs(llm: LLM, hf_model: Any, prompt_ids: li
     for i, (a, b) in enumerate(zip(raw.logprobs, processed.logprobs, strict=True)):
         check_record(a, rows[len(ids) - 1 + i], 3)
         assert b.rank == 1 and b.logprob >= a.logprob - 1e-6
+
+
+def test_preempted_requests_keep_one_record_per_token(llm: LLM, prompt_ids: list[list[int]]) -> None:
+    """A cache of 6 blocks for two requests of 4 to 5 blocks each: one is preempted and recomputed,
+    and neither its prompt nor its output records are scored twice."""
+    params = SamplingParams(temperature=0, max_tokens=24, logprobs=2, prompt_logprobs=2, ignore_eos=True)
+    roomy = run(new_engine(llm), prompt_ids[:2], params)
+    config = llm.loaded.config
+    block_bytes = 2 * 16 * config.num_kv_heads * config.head_dim * 4 * config.num_layers  # float32 keys and values
+    tight = new_engine(llm, kv_cache_gib=6.5 * block_bytes / 2**30)
+    assert tight.num_blocks == 6
+    requests = [tight.add_request(ids, params) for ids in prompt_ids[:2]]
+    squeezed = drain(tight, requests)
+    assert any(r.num_preemptions for r in requests)
+    for a, b in zip(roomy, squeezed, strict=True):
+        assert a.output_token_ids == b.output_token_ids
+        check_same(a.logprobs, b.logprobs)
+        assert b.prompt_logprobs[0] is None and len(b.prompt_logprobs) == len(b.prompt_token_ids)
+        check_same(a.prompt_logprobs[1:], b.prompt_logprobs[1:])
+
+
+def test_a_request_failing_in_sampling_fails_alone_and_the_others_keep_their_logprobs(
+        llm: LLM, prompt_ids: list[list[int]]) -> None:
+    """``tp_fragile`` (failing_backends.py) raises on the batch holding the fragile request: it ends with
+    an error, the others get the records they get without it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(Path(__file__).parent))
+        import failing_backends
+
+        registry = Registry(plugins=[("failing-backends", failing_backends)]).load_plugins()
+    engine = Engine(llm.loaded, registry=registry, attention="paged", samplers="tp_fragile",
+                    config=EngineConfig(kv_cache_gib=KV_GIB))
+    params = SamplingParams(temperature=0, max_tokens=4, logprobs=2)
+    fragile = attrs.evolve(params, extra={"fragile": True})
+    alone = run(engine, [prompt_ids[0], prompt_ids[2]], params)
+    outputs = run(engine, prompt_ids, [params, fragile, params])
+    assert outputs[1].finish_reason == "error" and "tp_fragile" in (outputs[1].error or "")
+    for a, b in zip(alone, [outputs[0], outputs[2]], strict=True):
+        assert a.output_token_ids == b.output_token_ids
+        check_same(a.logprobs, b.logprobs)
 
 
 def test_no_logprobs_unless_asked(llm: LLM, prompt_ids: list[list[int]]) -> None:
