@@ -11,7 +11,9 @@ host memory and comes back up on a later hit.
 
 Per request, ``SamplingParams.cache_salt`` isolates tenants (mixed into the first block's hash) and
 ``SamplingParams.skip_prefix_cache`` keeps a request out of the cache entirely: it neither reads
-cached blocks nor publishes its own.
+cached blocks nor publishes its own. A request that asks for prompt logprobs
+(``SamplingParams.prompt_logprobs``) needs the logits of every prompt position, so until they are
+all scored it reads nothing from the cache (as vLLM does); it still publishes its blocks.
 """
 
 from __future__ import annotations
@@ -136,8 +138,11 @@ class PrefixCachingBlockPool(BlockPool):
         return request.block_hashes
 
     def _lookable_blocks(self, request: Request) -> int:
-        """Full blocks that may come from the cache: never the one holding the last token."""
-        return 0 if request.params.skip_prefix_cache else (request.num_tokens - 1) // self.block_size
+        """Full blocks that may come from the cache: never the one holding the last token, none for a
+        request that opted out or still needs the logits of its prompt."""
+        if request.params.skip_prefix_cache or request.needs_prompt_logits:
+            return 0
+        return (request.num_tokens - 1) // self.block_size
 
     def match_length(self, request: Request) -> int:
         """Tokens of ``request`` a lookup would find cached now (device or offload tier); changes nothing."""

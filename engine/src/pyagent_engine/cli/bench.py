@@ -19,6 +19,9 @@ and transformers' LogitsProcessorList (:mod:`pyagent_engine.benchmarks.samplers`
 ``scheduling`` replays arrival-timed workloads (Mooncake arrivals and a synthetic mix) under every
 scheduling policy, ``fcfs`` being the peer (:mod:`pyagent_engine.benchmarks.scheduling`).
 
+``logprobs`` times decoding with logprobs asked for against none, on the same engine
+(:mod:`pyagent_engine.benchmarks.logprobs`).
+
 ``grammars`` measures structured output: compile and mask times per backend, the engine's per-token
 overhead over the backend called directly, and constrained against unconstrained generation
 (:mod:`pyagent_engine.benchmarks.grammar_e2e`).
@@ -397,6 +400,30 @@ def prefix_cache(
          for name, r in report["results"].items()],
     )
     typer.echo(f"eviction policy: {report['eviction']}; greedy outputs identical: {report['outputs_identical']}")
+
+
+@app.command("logprobs")
+def logprobs(
+    batch: Annotated[list[int] | None, typer.Option(min=1, help="Batch size (repeatable; default 1 and 8).")] = None,
+    new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per request.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 3,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Decode tok/s with logprobs asked for (0, 5, 20 alternatives; raw and processed) against none."""
+    from pyagent_engine.benchmarks.logprobs import LogprobsBenchSettings, run_logprobs_benchmark
+
+    report = run_logprobs_benchmark(LogprobsBenchSettings(
+        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats))
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"greedy decode, {new_tokens} new tokens per request, best of {repeats}, "
+        f"{report['torch_threads']} torch threads",
+        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs no logprobs"],
+        [(r["batch"], r["mode"], "none" if r["logprobs"] is None else r["logprobs"], _number(r["decode_tok_s"]),
+          f"{r['ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
+    )
 
 
 @app.command("grammars")
