@@ -288,10 +288,11 @@ def pyagent_server_argv(port: int, max_num_seqs: int, model: str | None, extra: 
     return argv + (["--model", model] if model else []) + list(extra)
 
 
-def llama_server_argv(binary: Path, gguf: Path, port: int, slots: int, ctx_per_slot: int) -> list[str]:
+def llama_server_argv(binary: Path, gguf: Path, port: int, slots: int, ctx_per_slot: int,
+                      extra: Sequence[str] = ()) -> list[str]:
     """llama.cpp's server on ``gguf`` with ``slots`` parallel slots of ``ctx_per_slot`` tokens each."""
     return [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
-            "-c", str(slots * ctx_per_slot), "-cb", "--no-webui"]
+            "-c", str(slots * ctx_per_slot), "-cb", "--no-webui", *extra]
 
 
 # --- offline -----------------------------------------------------------------------------------
@@ -334,7 +335,8 @@ class ServeTargets:
         pyagent_args: extra ``pyagent serve`` arguments for the server started here.
         model: the model the pyagent server (started here) and the offline runs load (``None``: embedded).
         peer_url: a running OpenAI-compatible server to measure with the same load (``peer_name`` in the report).
-        llama_server: llama.cpp's ``llama-server`` binary to start per level on ``gguf``.
+        llama_server: llama.cpp's ``llama-server`` binary to start per level on ``gguf``; ``llama_args`` extra
+            arguments for it (``-t 2``...).
         gguf: the GGUF llama-server loads (``None``: the embedded model's, the file pyagent loads).
         offline: also measure ``LLM.generate`` at each level.
     """
@@ -345,6 +347,7 @@ class ServeTargets:
     peer_url: str | None = None
     peer_name: str = "peer"
     llama_server: Path | None = None
+    llama_args: tuple[str, ...] = ()
     gguf: Path | None = None
     offline: bool = True
 
@@ -432,7 +435,8 @@ def run_serve_benchmark(settings: ServeBenchSettings, targets: ServeTargets) -> 
                                                       settings)
             if targets.llama_server is not None and gguf is not None:
                 port = free_port()
-                argv = llama_server_argv(targets.llama_server, gguf, port, concurrency, settings.ctx_per_slot)
+                argv = llama_server_argv(targets.llama_server, gguf, port, concurrency, settings.ctx_per_slot,
+                                         targets.llama_args)
                 with running_server("llama-server", argv, port) as llama_url:
                     results["llama-server"] = _measure("llama-server", llama_url, prompts, concurrency, settings)
             if targets.offline:
@@ -445,8 +449,8 @@ def run_serve_benchmark(settings: ServeBenchSettings, targets: ServeTargets) -> 
         "endpoint": ENDPOINTS[settings.endpoint],
         "max_tokens": settings.max_tokens,
         "prompts": {"source": "specbench/question.jsonl (first turns, <= 600 chars)", "count": len(all_prompts)},
-        "llama_server": None if targets.llama_server is None else {"binary": str(targets.llama_server),
-                                                                    "gguf": str(gguf)},
+        "llama_server": None if targets.llama_server is None else {
+            "binary": str(targets.llama_server), "gguf": str(gguf), "extra_args": list(targets.llama_args)},
         "levels": levels,
         "ratios": ratios(levels),
     }

@@ -468,6 +468,8 @@ def serve(
     llama_server: Annotated[Path | None, typer.Option(
         "--llama-server", help="llama.cpp's llama-server binary: started per level with as many slots as clients "
                                "(-np C -c C*ctx) on --gguf.")] = None,
+    llama_server_arg: Annotated[list[str] | None, typer.Option(
+        "--llama-server-arg", help="An extra argument for llama-server (repeatable; -t 2 is two of them).")] = None,
     gguf: Annotated[Path | None, typer.Option(
         help="The GGUF llama-server loads (default: the model pyagent loads, the embedded one).")] = None,
     model: Annotated[str | None, typer.Option(
@@ -498,7 +500,8 @@ def serve(
     settings = (ServeBenchSettings.quick(endpoint) if quick else ServeBenchSettings(
         concurrency=levels, max_tokens=max_tokens, rounds=rounds, endpoint=endpoint))
     targets = ServeTargets(pyagent_url=url, pyagent_args=tuple(server_arg or ()), model=model, peer_url=peer_url,
-                           peer_name=peer_name, llama_server=llama_server, gguf=gguf, offline=offline)
+                           peer_name=peer_name, llama_server=llama_server,
+                           llama_args=tuple(llama_server_arg or ()), gguf=gguf, offline=offline)
     report = run_serve_benchmark(settings, targets)
     if save_or_print_json(report, out, json_out):
         return
