@@ -4,9 +4,9 @@
  * (the build compiles with -ffp-contract=off, so no multiply-add is fused). A block holds
  * QUANT_BLOCK weights; the AVX-512 decoder returns them as two vectors of 16 (weights 0..15 and
  * 16..31), the AVX2 one as two pairs of vectors of 8, the scalar one fills an array. A 4-bit block
- * has only 16 distinct weights and a 5-bit one 32, so the AVX-512 decoder computes those once and
- * looks each weight up by its code (one or two 16-entry tables); AVX2 has no 16-entry permute, so
- * its decoder converts every code.
+ * has only 16 distinct weights, so the AVX-512 decoder computes those 16 once and looks each weight
+ * up by its 4-bit code; AVX2 has no 16-entry permute, so its decoder converts every code, and both
+ * convert every 5-bit code (a 32-entry lookup measured slower than the conversion).
  */
 #ifndef PAK_LINEAR_QUANT_BLOCKS_H
 #define PAK_LINEAR_QUANT_BLOCKS_H
@@ -111,14 +111,6 @@ static inline void decode_block_scalar(int wtype, const uint8_t *block, float *w
 
 #define QUANT_AVX512 "avx512f,avx512bw,avx512dq,avx512vl"
 
-/* The weights of the 16 codes `codes` (as floats) in a block of `wtype` with scale d. */
-__attribute__((target(QUANT_AVX512))) static inline __attribute__((always_inline)) __m512
-quant_table512(int wtype, const uint8_t *block, __m512 codes, __m512 d)
-{
-    const __m512 table = _mm512_mul_ps(_mm512_sub_ps(codes, _mm512_set1_ps((float)quant_code_bias(wtype))), d);
-    return quant_has_min(wtype) ? _mm512_add_ps(table, _mm512_set1_ps(load_f32(block + 4))) : table;
-}
-
 /* One block of `wtype` as weights 0..15 (*lo) and 16..31 (*hi). */
 __attribute__((target(QUANT_AVX512))) static inline __attribute__((always_inline)) void
 decode_block512(int wtype, const uint8_t *block, __m512 *lo, __m512 *hi)
@@ -132,23 +124,30 @@ decode_block512(int wtype, const uint8_t *block, __m512 *lo, __m512 *hi)
                             _mm512_set1_ps(quant_second_scale(wtype, block)));
         return;
     }
-    /* table[c]: the weight of code c (5-bit codes: c < 16 in table, the others in table16); a
-     * permute reads only the low 4 (one table) or 5 (two tables) bits of each index */
-    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
-    const __m512 table = quant_table512(wtype, block, codes16, d);
-    if (!quant_five_bits(wtype)) {
-        *lo = _mm512_permutexvar_ps(bytes, table);
-        *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+    if (quant_five_bits(wtype)) {
+        /* the 32 codes as bytes (bit 4 added from the word of high bits, the bias subtracted),
+         * then each converted and scaled as a signed byte */
+        const __m128i packed = _mm_loadu_si128((const __m128i *)codes), low4 = _mm_set1_epi8(0xf);
+        __m256i bytes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
+        bytes = _mm256_sub_epi8(bytes, _mm256_set1_epi8((char)quant_code_bias(wtype)));
+        bytes = _mm256_mask_add_epi8(bytes, (__mmask32)quant_high_bits(wtype, block), bytes, _mm256_set1_epi8(16));
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes))), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1))), d);
+        if (quant_has_min(wtype)) {
+            const __m512 m = _mm512_set1_ps(load_f32(block + 4));
+            *lo = _mm512_add_ps(*lo, m);
+            *hi = _mm512_add_ps(*hi, m);
+        }
         return;
     }
-    const __m512 table16 = quant_table512(wtype, block, _mm512_add_ps(codes16, _mm512_set1_ps(16.0f)), d);
-    const uint32_t high = quant_high_bits(wtype, block);
-    const __m512i sixteen = _mm512_set1_epi32(16);
-    const __m512i low = _mm512_and_si512(bytes, _mm512_set1_epi32(0xf)), upper = _mm512_srli_epi32(bytes, 4);
-    *lo = _mm512_permutex2var_ps(table, _mm512_mask_or_epi32(low, (__mmask16)high, low, sixteen), table16);
-    *hi = _mm512_permutex2var_ps(table, _mm512_mask_or_epi32(upper, (__mmask16)(high >> 16), upper, sixteen),
-                                 table16);
+    /* table[c]: the weight of code c; the permute reads only the low 4 bits of each index */
+    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table = _mm512_mul_ps(_mm512_sub_ps(codes16, _mm512_set1_ps((float)quant_code_bias(wtype))), d);
+    if (quant_has_min(wtype))
+        table = _mm512_add_ps(table, _mm512_set1_ps(load_f32(block + 4)));
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
+    *lo = _mm512_permutexvar_ps(bytes, table);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
 }
 
 #define QUANT_AVX2 "avx2,fma"

@@ -1,8 +1,8 @@
 """Weight matrices kept in a GGUF block-quantized format, for :func:`pyagent_kernels.linear.linear`.
 
 A :class:`QuantizedWeight` holds a llama.cpp tensor in its block format (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 6 to 10 bits per weight rather than 16 or
-32, so a memory-bound decode step reads 2 to 5 times fewer bytes. The kernel reads blocks of 32
+Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 5 to 10 bits per weight rather than 16 or
+32, so a memory-bound decode step reads 1.6 to 6 times fewer bytes. The kernel reads blocks of 32
 weights with float32 scales (the layouts of ``include/pyagent/linear.h``): a GGUF file's 32-weight
 blocks have their float16 scales widened (exact), and the K-quants' super-blocks of 256 weights are
 split into 32-weight blocks with each sub-block's scale and minimum multiplied out (exact too: the

@@ -126,7 +126,17 @@ def _print_engine_report(report: dict[str, Any]) -> None:
         [(r["concurrency"], r["dtype"], r["attention"], r["output_tokens"], _number(r["wall_s"], 2),
           _number(r["tok_s"])) for r in report["aggregate"]],
     )
-    _print_ratios(report["ratios"])
+    pp_tg = report.get("pp_tg")
+    if pp_tg is not None:
+        pp, tg = pp_tg["prompt_tokens"], pp_tg["gen_tokens"]
+        print_table(
+            f"pp{pp} and tg{tg} against llama-bench, mean of {pp_tg['repetitions']} runs each",
+            ["engine", "dtype", "threads", f"pp{pp} tok/s", f"tg{tg} tok/s"],
+            [(r["engine"], r.get("dtype", r.get("model_type", "")), r["threads"], _number(r["pp_tok_s"]),
+              _number(r["tg_tok_s"])) for r in pp_tg["rows"]]
+            + ([] if pp_tg["peer"]["available"] else [("llama.cpp", "", "", pp_tg["peer"]["reason"], "")]),
+        )
+    _print_ratios([*report["ratios"], *(pp_tg["ratios"] if pp_tg else [])])
 
 
 def _print_ratios(rows: list[dict[str, Any]]) -> None:
@@ -146,19 +156,30 @@ def engine(
     attention: Annotated[str | None, typer.Option(
         help="pyagent's attention backend (default: the registry's selection).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
+    model: Annotated[Path | None, typer.Option(
+        help="The GGUF file to measure, the same for every engine (default: the embedded model).")] = None,
+    llama_bench: Annotated[Path | None, typer.Option(
+        help="llama.cpp's llama-bench binary: adds pp512 and tg128 of pyagent and llama.cpp on the same file.")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    import torch
+
     from pyagent_engine.benchmarks.engine import DTYPES, EngineBenchSettings, run_engine_benchmark
+    from pyagent_engine.benchmarks.llama_bench import PpTgSettings
 
     dtypes = tuple(dtype or DTYPES)
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
                                  param_hint="--dtype")
-    settings = (EngineBenchSettings.quick(dtypes, attention) if quick
-                else EngineBenchSettings(dtypes=dtypes, attention=attention))
+    if model is not None and (model.suffix != ".gguf" or not model.is_file()):
+        raise typer.BadParameter(f"{model} is not a .gguf file; every engine of this benchmark reads the same GGUF",
+                                 param_hint="--model")
+    pp_tg = None if llama_bench is None else PpTgSettings(binary=llama_bench, threads=torch.get_num_threads())
+    settings = (EngineBenchSettings.quick(dtypes, attention, model=model, pp_tg=pp_tg) if quick
+                else EngineBenchSettings(dtypes=dtypes, attention=attention, model=model, pp_tg=pp_tg))
     report = run_engine_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
 DequantizeOpt = Annotated[bool, typer.Option(
-    "--dequantize", help="Dequantize a GGUF's Q4_0/Q4_1/Q8_0 matrices at load instead of decoding them per step.")]
+    "--dequantize", help="Dequantize a GGUF's block-quantized matrices at load instead of decoding them per step.")]
 AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
 AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
