@@ -68,7 +68,7 @@ def histories(draw: st.DrawFn) -> list[VllmUpdate]:
         removed = sorted(draw(st.sets(st.sampled_from(range(len(rows))), max_size=len(rows))) if rows else set())
         holes = list(removed)
         slots: list[int | None] = list(rows)
-        added = []
+        added: list[tuple[int, Any, list[int] | None, list[int]]] = []
         for _ in range(draw(st.integers(0, 4))):
             index = holes.pop(0) if holes else len(slots)
             if index == len(slots):

@@ -8,12 +8,15 @@ Imported on every CLI start: no vLLM, no torch.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from pyagent_core import hookimpl
 from pyagent_core.cli.listing import JsonFlag
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.cli.output import error, print_json, print_table
 from pyagent_core.records import DoctorCheck
 from pyagent_core.registry import get_registry
 from pyagent_vllm.inventory import ORDER_ENV, inventory
@@ -47,6 +50,32 @@ def list_registered(json_out: JsonFlag = False) -> None:
              ("reasoning parsers", ", ".join(report["reasoning_parsers"]) or "(none)"),
              *((f"proposer {name}", cls) for name, cls in report["proposers"].items())]
     print_table(f"pyagent in vLLM ({ORDER_ENV} chooses the hosted processors)", ["what", "registered"], rows)
+
+
+@app.command("bench")
+def bench(out: Annotated[Path | None, typer.Option(help="Write the results as JSON to this file.")] = None,
+          max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per request.")] = 64,
+          json_out: JsonFlag = False) -> None:
+    """vLLM CPU with and without the adapter's processors, and vLLM against pyagent's engine at 1, 8, 32
+    concurrent requests (run it in the environment of `make vllm-env`)."""
+    if vllm_version() is None:
+        error("vLLM is not installed in this environment; run `make vllm-env` and use .venv-vllm/bin/pyagent")
+        raise typer.Exit(1)
+    from pyagent_vllm.bench import run_benchmark
+
+    report = run_benchmark(max_tokens=max_tokens)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if json_out:
+        print_json(report)
+        return
+    rows = [(f"{engine} x{n}", r["wall_s"], r["tokens_per_s"], r["torch_threads"])
+            for engine in ("pyagent", "vllm") for n, r in report[engine].items()]
+    rows += [(f"vllm {name} (batch {report['adapter_overhead']['batch']})", r["wall_s"], r["tokens_per_s"],
+              r["torch_threads"]) for name, r in report["adapter_overhead"].items() if name != "batch"]
+    print_table(f"vLLM and pyagent, {max_tokens} greedy tokens per request", ["run", "wall s", "tokens/s",
+                                                                                "torch threads"], rows)
 
 
 @hookimpl
