@@ -26,6 +26,7 @@ from pyagent_engine.models.embedded import find_embedded_gguf
 API_KEY = "test-key"
 MODEL = "smol"
 STARTUP_S = 180.0
+TEMPLATE = Path(__file__).parent / "data" / "think_template.jinja"
 
 
 def free_port() -> int:
@@ -107,6 +108,14 @@ def server() -> Iterator[Server]:
     """The main server: hermes tool parser, API key, 1 MiB bodies, 60 s request timeout."""
     with running("--served-model-name", MODEL, "--served-model-name", "alias", "--api-key", API_KEY,
                  "--tool-parser", "hermes", "--max-body-bytes", str(2**20), "--request-timeout", "60") as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def small_server() -> Iterator[Server]:
+    """One running request at a time, one waiting, logprobs in processed mode, a DeepSeek-R1-style template."""
+    with running("--chat-template", str(TEMPLATE), "--max-num-seqs", "1", "--max-waiting", "1",
+                 "--logprobs-mode", "processed") as started:
         yield started
 
 

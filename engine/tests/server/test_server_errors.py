@@ -29,7 +29,7 @@ def error_of(response: httpx2.Response, status: int) -> dict[str, Any]:
     (CHAT, {"messages": MESSAGES, "no_such_sampler": 1}, None, "unknown sampling parameter 'no_such_sampler'"),
     (CHAT, {"messages": MESSAGES, "top_k": -3}, None, "top_k"),
     (CHAT, {"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal to 20"),
-    (CHAT, {"messages": MESSAGES, "logprobs": True}, "logprobs", "not supported"),
+    (CHAT, {"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs", "needs logprobs=true"),
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "no-such-type"}}}}, None, "schema"),
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_object"}, "grammar_backend": "no-such-backend"},
@@ -49,7 +49,7 @@ def error_of(response: httpx2.Response, status: int) -> dict[str, Any]:
     (CHAT, {"messages": MESSAGES, "deadline_s": -1}, "deadline_s", "greater than 0"),
     ("/v1/completions", {"prompt": "Hi", "suffix": "!"}, "suffix", "suffix"),
     ("/v1/completions", {"prompt": "Hi", "best_of": 3}, "best_of", "best_of=3 > n=1"),
-    ("/v1/completions", {"prompt": "Hi", "logprobs": 2}, "logprobs", "not supported"),
+    ("/v1/completions", {"prompt": "Hi", "logprobs": 21}, "logprobs", "less than or equal to 20"),
     ("/v1/completions", {"prompt": [999999]}, "prompt", "token ids"),
     ("/v1/completions", {"prompt": ""}, None, "empty"),
     ("/v1/completions", {"prompt": "Hi", "logit_bias": {"x": 1}}, "logit_bias", "token ids"),

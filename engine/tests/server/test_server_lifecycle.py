@@ -9,11 +9,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
@@ -21,7 +19,6 @@ from pyagent_engine.params import SamplingParams
 from .conftest import API_KEY, Server, running
 from .test_server_errors import error_of
 
-TEMPLATE = Path(__file__).parent / "data" / "think_template.jinja"
 LONG = {"prompt": "Count slowly:", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
 
 
@@ -60,13 +57,6 @@ def test_client_that_disconnects_frees_its_blocks_and_the_next_requests_are_unaf
     [expected] = llm.generate(["The sky is"], SamplingParams(max_tokens=8, temperature=0))
     reply = client.completions.create(model="smol", prompt="The sky is", max_tokens=8, temperature=0)
     assert reply.choices[0].text == expected.text
-
-
-@pytest.fixture(scope="module")
-def small_server() -> Iterator[Server]:
-    """One running request at a time, one waiting, and a DeepSeek-R1-style template."""
-    with running("--chat-template", str(TEMPLATE), "--max-num-seqs", "1", "--max-waiting", "1") as started:
-        yield started
 
 
 def test_reasoning_parser_detected_from_the_template_splits_reasoning(small_server: Server) -> None:

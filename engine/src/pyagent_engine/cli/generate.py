@@ -83,6 +83,16 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
                speculative=speculative, quantized=not dequantize)
 
 
+def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
+                  kv_hash: str, offload_blocks: int, scheduler: str | None, scheduler_opt: list[str] | None,
+                  max_num_seqs: int, max_num_batched_tokens: int, block_size: int) -> dict[str, Any]:
+    """The :class:`~pyagent_engine.engine.EngineConfig` fields the engine flags of ``generate`` and ``serve`` set."""
+    return {"logprobs_mode": logprobs_mode,
+            **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
+            **batch_flags.scheduler_config(scheduler, scheduler_opt),
+            **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+
+
 def check_sampling(llm: LLM, params: SamplingParams) -> None:
     """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
     from pyagent_engine.request import Request
@@ -193,10 +203,8 @@ def generate(
                             seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {}, logprobs=logprobs,
                             prompt_logprobs=prompt_logprobs)
-    engine_config = {"logprobs_mode": logprobs_mode,
-        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
-        **batch_flags.scheduler_config(scheduler, scheduler_opt),
-        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+    engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
+                                  scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)

@@ -15,7 +15,7 @@ import typer
 from pyagent_core.cli import parse as parse_cli
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
-from pyagent_engine.cli import batch_flags, cache_flags, constraints
+from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.generate import (
     AttentionOpt,
@@ -25,6 +25,7 @@ from pyagent_engine.cli.generate import (
     KvOpt,
     ModelOpt,
     build_llm,
+    engine_fields,
 )
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
@@ -81,7 +82,7 @@ def serve(
     offload_blocks: cache_flags.OffloadOpt = 0, scheduler: batch_flags.SchedulerOpt = None,
     scheduler_opt: batch_flags.SchedulerOptsOpt = None,
     max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
-    block_size: batch_flags.BlockSizeOpt = 16,
+    block_size: batch_flags.BlockSizeOpt = 16, logprobs_mode: logprob_flags.LogprobsModeOpt = "raw",
     host: Annotated[str, _option("--host", "Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, _option("--port", "Port to listen on.")] = 8000,
     api_key: Annotated[str | None, typer.Option(
@@ -111,15 +112,14 @@ def serve(
     from pyagent_engine.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
     from pyagent_engine.server.launch import run
+    from pyagent_engine.server.metrics import metrics_router
     from pyagent_engine.server.state import ServerConfig, ServerState
 
     for name, value in (("--max-body-bytes", max_body_bytes), ("--max-waiting", max_waiting)):
         if value <= 0:
             raise RequestError(f"{name} must be positive, got {value}")
-    engine_config = {
-        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
-        **batch_flags.scheduler_config(scheduler, scheduler_opt),
-        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+    engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
+                                  scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
                     constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward),
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
@@ -140,7 +140,7 @@ def serve(
     typer.echo(f"pyagent serve: {', '.join(config.model_names)} on http://{host}:{port} "
                f"[{', '.join(f'{k}={v}' for k, v in llm.engine.backends.items())}; tool parser "
                f"{config.tool_parser or '-'}, reasoning parser {config.reasoning_parser or '-'}]", err=True)
-    run(build_app(state), state, host, port, log_level)
+    run(build_app(state, [metrics_router(state)]), state, host, port, log_level)
 
 
 def _check_parsers(config: ServerConfig) -> None:

@@ -21,6 +21,7 @@ from pyagent_engine.async_engine import Generation, Submission
 from pyagent_engine.request import RequestOutput
 from pyagent_engine.server import sampling
 from pyagent_engine.server.errors import bad_request
+from pyagent_engine.server.logprobs import LogprobWriter
 from pyagent_engine.server.protocol import ChatCompletionRequest
 from pyagent_engine.server.state import ServerState
 from pyagent_engine.server.streaming import DONE, collect, event_stream, new_id, output_error, sse
@@ -40,17 +41,17 @@ def render(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> t
     return list(state.tokenizer.encode(text, add_special_tokens=False)), text
 
 
-def check_unsupported(body: ChatCompletionRequest) -> None:
-    """Refuse what the server cannot do yet, saying so."""
-    if body.logprobs or body.top_logprobs is not None:
-        raise bad_request("logprobs are not supported by this server yet; drop logprobs and top_logprobs",
-                          "logprobs")
+def logprobs_of(body: ChatCompletionRequest) -> int | None:
+    """The alternatives per token the engine reports (``None``: no logprobs)."""
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad_request("top_logprobs needs logprobs=true", "top_logprobs")
+    return (body.top_logprobs or 0) if body.logprobs else None
 
 
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState) -> Any:
     """Serve one chat completion request (streamed or not)."""
     state.check_model(body.model)
-    check_unsupported(body)
+    logprobs = logprobs_of(body)
     config = state.config
     plan = plan_tools(body, config)
     constraint = sampling.constraint_of(body)
@@ -62,7 +63,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling.sampling_params(body, max_tokens=max_tokens,
                                       default_max_tokens=max(1, state.max_model_len - len(ids)),
-                                      structured=structured, defaults=config.sampler_defaults)
+                                      structured=structured, defaults=config.sampler_defaults, logprobs=logprobs)
     generation = await state.engine.generate([Submission(ids, p, text) for p in params])
     reply = ChatReply(state, plan, len(ids), body)
     if body.stream:
@@ -90,6 +91,7 @@ class ChatReply:
         self.model = state.model_name
         self.prompt_tokens = prompt_tokens
         self.n = body.n
+        self.logprobs = LogprobWriter(state.vocab) if body.logprobs else None
         self.id = new_id("chatcmpl")
         self.created = int(time.time())
 
@@ -105,7 +107,8 @@ class ChatReply:
             if message["reasoning_content"] is None:
                 del message["reasoning_content"]
             reason = "tool_calls" if message.get("tool_calls") else output.finish_reason
-            choices.append({"index": index, "message": message, "logprobs": None, "finish_reason": reason})
+            logprobs = self.logprobs.chat(output.logprobs or ()) if self.logprobs else None
+            choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason})
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": choices, "usage": self._usage(sum(len(o.output_token_ids) for o in finals))}
 
@@ -116,10 +119,19 @@ class ChatReply:
             chunk["usage"] = None
         return sse(chunk)
 
+    def _new(self, output: RequestOutput, index: int, scored: list[int]) -> dict[str, Any] | None:
+        """The logprobs of choice ``index``'s tokens not sent yet (``None`` without logprobs)."""
+        if self.logprobs is None:
+            return None
+        records = (output.logprobs or [])[scored[index]:]
+        scored[index] += len(records)
+        return self.logprobs.chat(records)
+
     async def stream(self, generation: Generation, include_usage: bool) -> AsyncGenerator[str, None]:
         """The chunks of a streamed reply (see the module docstring)."""
         parsers: list[MessageParser] = [self.plan.parser() for _ in range(self.n)]
         called = [False] * self.n
+        scored = [0] * self.n  # logprob records sent per choice
         completion_tokens = 0
         for index in range(self.n):
             yield self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -135,13 +147,14 @@ class ChatReply:
                     delta = _delta(piece) if piece is not None else {}
                     if delta:
                         called[index] = called[index] or "tool_calls" in delta
-                        yield self._chunk([{"index": index, "delta": delta, "logprobs": None,
+                        logprobs = self._new(output, index, scored)
+                        yield self._chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                             "finish_reason": None}], include_usage)
                 if output.finished:
                     completion_tokens += len(output.output_token_ids)
                     reason = "tool_calls" if called[index] else output.finish_reason
-                    yield self._chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}],
-                                      include_usage)
+                    yield self._chunk([{"index": index, "delta": {}, "logprobs": self._new(output, index, scored),
+                                        "finish_reason": reason}], include_usage)
         if include_usage:
             yield sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                        "model": self.model, "choices": [], "usage": self._usage(completion_tokens)})

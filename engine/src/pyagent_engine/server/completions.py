@@ -15,9 +15,11 @@ from typing import Any
 from fastapi import Request
 
 from pyagent_engine.async_engine import Generation, Submission
+from pyagent_engine.logprobs import TokenLogprob
 from pyagent_engine.request import RequestOutput
 from pyagent_engine.server import sampling
 from pyagent_engine.server.errors import bad_request
+from pyagent_engine.server.logprobs import LogprobWriter
 from pyagent_engine.server.protocol import CompletionRequest
 from pyagent_engine.server.state import ServerState
 from pyagent_engine.server.streaming import DONE, collect, event_stream, new_id, output_error, sse
@@ -30,8 +32,6 @@ def check_unsupported(body: CompletionRequest) -> None:
     if body.best_of is not None and body.best_of > body.n:
         raise bad_request(f"best_of={body.best_of} > n={body.n} is not supported (the server returns every choice "
                           "it generates); drop best_of or set it to n", "best_of")
-    if body.logprobs is not None:
-        raise bad_request("logprobs are not supported by this server yet; drop logprobs", "logprobs")
 
 
 def prompts(state: ServerState, body: CompletionRequest) -> list[tuple[list[int], str]]:
@@ -66,7 +66,9 @@ async def completions(body: CompletionRequest, request: Request, state: ServerSt
     for ids, text in items:
         params = sampling.sampling_params(body, max_tokens=body.max_tokens,
                                           default_max_tokens=max(1, state.max_model_len - len(ids)),
-                                          structured=structured, defaults=state.config.sampler_defaults)
+                                          structured=structured, defaults=state.config.sampler_defaults,
+                                          logprobs=body.logprobs,
+                                          prompt_logprobs=body.logprobs if body.echo else None)
         submissions.extend(Submission(ids, p, text) for p in params)
     generation = await state.engine.generate(submissions)
     reply = CompletionReply(state, items, body)
@@ -83,6 +85,8 @@ class CompletionReply:
         self.model = state.model_name
         self.n = body.n
         self.echo = [text if body.echo else "" for _, text in items for _ in range(body.n)]
+        self.logprobs = LogprobWriter(state.vocab) if body.logprobs is not None else None
+        self._echoed: set[int] = set()  # choices whose echoed prompt's logprobs went out
         self.prompt_tokens = sum(len(ids) for ids, _ in items)
         self.id = new_id("cmpl")
         self.created = int(time.time())
@@ -95,9 +99,29 @@ class CompletionReply:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
                 "choices": choices, **extra}
 
+    def _logprobs(self, index: int, output: RequestOutput, scored: list[int],
+                  written: list[bytes]) -> dict[str, Any] | None:
+        """Choice ``index``'s logprobs not sent yet: the echoed prompt's first, then the new output tokens."""
+        if self.logprobs is None:
+            return None
+        token_ids: list[int] = []
+        records: list[TokenLogprob | None] = []
+        if self.echo[index] and index not in self._echoed and output.prompt_logprobs is not None:
+            self._echoed.add(index)
+            token_ids.extend(output.prompt_token_ids)
+            records.extend(output.prompt_logprobs)
+        new = (output.logprobs or [])[scored[index]:]
+        token_ids.extend(record.token_id for record in new)
+        records.extend(new)
+        scored[index] += len(new)
+        block, written[index] = self.logprobs.completion(token_ids, records, written[index])
+        return block
+
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
         """The ``text_completion`` object for the choices' final outputs."""
-        choices = [{"index": i, "text": self.echo[i] + output.text, "logprobs": None,
+        scored, written = [0] * len(finals), [b""] * len(finals)
+        choices = [{"index": i, "text": self.echo[i] + output.text,
+                    "logprobs": self._logprobs(i, output, scored, written),
                     "finish_reason": output.finish_reason} for i, output in enumerate(finals)]
         return self._object(choices, usage=self._usage(sum(len(o.output_token_ids) for o in finals)))
 
@@ -106,6 +130,7 @@ class CompletionReply:
         usage: dict[str, Any] = {"usage": None} if include_usage else {}
         completion_tokens = 0
         started = [False] * len(self.echo)
+        scored, written = [0] * len(self.echo), [b""] * len(self.echo)
         async with contextlib.aclosing(generation.outputs()) as outputs:
             async for index, output in outputs:
                 if output.finish_reason == "error":
@@ -116,7 +141,8 @@ class CompletionReply:
                     completion_tokens += len(output.output_token_ids)
                 if text or output.finished:
                     reason = output.finish_reason if output.finished else None
-                    yield sse(self._object([{"index": index, "text": text, "logprobs": None,
+                    logprobs = self._logprobs(index, output, scored, written)
+                    yield sse(self._object([{"index": index, "text": text, "logprobs": logprobs,
                                              "finish_reason": reason}], **usage))
         if include_usage:
             yield sse(self._object([], usage=self._usage(completion_tokens)))

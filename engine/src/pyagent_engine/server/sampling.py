@@ -87,10 +87,12 @@ def structured_params(constraint: ConstraintSpec | None, body: GenerationRequest
 
 
 def sampling_params(body: GenerationRequest, *, max_tokens: int | None, default_max_tokens: int,
-                    structured: StructuredOutputParams | None, defaults: Mapping[str, Any]) -> list[SamplingParams]:
+                    structured: StructuredOutputParams | None, defaults: Mapping[str, Any],
+                    logprobs: int | None = None, prompt_logprobs: int | None = None) -> list[SamplingParams]:
     """One :class:`SamplingParams` per choice (``n``); with a seed, choice ``i`` gets ``seed + i``.
 
-    ``default_max_tokens`` applies when the body sets no ``max_tokens`` (the rest of the context).
+    ``default_max_tokens`` applies when the body sets no ``max_tokens`` (the rest of the context);
+    ``logprobs`` and ``prompt_logprobs`` are the alternatives per token to report (``None``: none).
     Raises :class:`~pyagent_core.errors.RequestError` for a value the engine refuses.
     """
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
@@ -99,6 +101,7 @@ def sampling_params(body: GenerationRequest, *, max_tokens: int | None, default_
         "stop": stop, "stop_token_ids": tuple(body.stop_token_ids or ()), "ignore_eos": body.ignore_eos,
         "extra": sampler_extras(body, defaults), "structured": structured, "priority": body.priority,
         "deadline_s": body.deadline_s, "tenant": body.tenant, "cache_salt": body.cache_salt,
+        "logprobs": logprobs, "prompt_logprobs": prompt_logprobs,
         **({"temperature": body.temperature} if body.temperature is not None else {}),
         **({"top_p": body.top_p} if body.top_p is not None else {}),
     }

@@ -57,6 +57,7 @@ class ServerState:
         self.created = int(time.time())
         loaded = engine.llm.loaded
         self.tokenizer = loaded.tokenizer
+        self.vocab = engine.llm.engine.structured.tokenizer_info.vocab
         self.max_model_len: int = loaded.config.max_position_embeddings
         self.max_constraint_bytes: int = engine.llm.engine.structured.config.max_constraint_bytes
 
