@@ -59,6 +59,14 @@ def test_client_that_disconnects_frees_its_blocks_and_the_next_requests_are_unaf
     assert reply.choices[0].text == expected.text
 
 
+def test_non_streamed_request_whose_client_goes_away_is_aborted(server: Server) -> None:
+    total = server.health()["kv_blocks_total"]
+    with contextlib.suppress(httpx2.TimeoutException):  # the client gives up and closes the connection
+        server.post("/v1/completions", LONG, timeout=1.5)
+    wait_for(server, lambda h: h["running"] == 0 and h["waiting"] == 0 and h["kv_blocks_free"] == total,
+             "aborting the request of the client that went away", timeout=10)  # far less than 3000 tokens take
+
+
 def test_reasoning_parser_detected_from_the_template_splits_reasoning(small_server: Server) -> None:
     body = {"messages": [{"role": "user", "content": "Think, then answer: what is red?"}], "temperature": 0,
             "max_tokens": 60, "regex": "[A-Za-z ,.]{5,30}</think>[A-Za-z ,.]{5,30}"}
