@@ -33,7 +33,7 @@ from pyagent_engine.models.llama import allocate_kv_caches
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.output import TextTracker
 from pyagent_engine.params import SamplingParams
-from pyagent_engine.prefix_cache import build_block_pool, cache_counters, check_cache_config
+from pyagent_engine.prefix_cache import CacheCounters, build_block_pool, check_cache_config
 from pyagent_engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
 from pyagent_engine.runner import ModelRunner, StepLogits, torch_on_one_thread
 from pyagent_engine.sampling import SamplerChain
@@ -105,7 +105,8 @@ def request_info(request: Request) -> RequestInfo:
         output_token_ids=request.output_token_ids,
         params={**params.sampler_params(), "max_tokens": params.max_tokens, "stop": params.stop,
                 "stop_token_ids": params.stop_token_ids, "ignore_eos": params.ignore_eos},
-        arrival_time=request.arrival_time, first_token_time=request.first_token_time,
+        arrival_time=request.arrival_time, scheduled_time=request.scheduled_time,
+        first_token_time=request.first_token_time, token_times=request.token_times,
         finish_time=request.finish_time, num_cached_tokens=request.num_cached_tokens,
         num_preemptions=request.num_preemptions, finish_reason=request.finish_reason, error=request.error,
     )
@@ -154,6 +155,7 @@ class Engine:
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
                                    self.config.max_num_batched_tokens, policy)
+        self._cache_counters = CacheCounters(pool)
         self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
@@ -302,8 +304,12 @@ class Engine:
         if ran.result is not None:
             self._score_prompts(ran.result)
         sampled = [c.request for c in ran.kept if c.sample]
+        before = [len(r.output_token_ids) for r in sampled]
         if sampled and ran.result is not None:
             outputs.extend(self._sample(sampled, ran.result.sampled))
+        generated = [len(r.output_token_ids) - count for r, count in zip(sampled, before, strict=True)]
+        first_prompts = sum(len(r.prompt_token_ids) for r, count, new in zip(sampled, before, generated, strict=True)
+                            if count == 0 < new)  # requests that got their first token this step
         self._fire("pyagent_step_finished", stats=StepStats(**{
             "num_scheduled_tokens": plan.num_tokens,
             "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
@@ -314,7 +320,9 @@ class Engine:
             "kv_blocks_free": self.scheduler.pool.num_free,
             "kv_blocks_total": self.num_blocks,
             "num_cached_tokens": plan.num_cached_tokens,
-            **cache_counters(self.scheduler.pool),
+            "num_prompt_tokens": first_prompts,
+            "num_generation_tokens": sum(generated),
+            **self._cache_counters.take(),
             **({} if self.speculative is None
                else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
@@ -445,6 +453,7 @@ class Engine:
 
     def _append(self, request: Request, token: int, now: float) -> RequestOutput:
         request.output_token_ids.append(token)
+        request.token_times.append(now)
         if request.first_token_time is None:
             request.first_token_time = now
         tracker = self.trackers[request.request_id]

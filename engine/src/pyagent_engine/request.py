@@ -36,7 +36,8 @@ class Request:
     With speculative decoding, ``draft`` is the draft verified with it this step (see
     :mod:`pyagent_engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
     ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
-    scheduling policy sees.
+    scheduling policy sees. ``scheduled_time`` is when it was first admitted from the waiting queue and
+    ``token_times`` when each output token was appended (``time.perf_counter()`` readings).
     ``logprobs`` holds a record per output token and ``prompt_logprobs`` one per prompt token
     scored so far (``None`` first: the first token follows nothing) when the request asks for them
     (:mod:`pyagent_engine.logprobs`); otherwise they are ``None``.
@@ -53,7 +54,9 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     error: str | None = None
+    scheduled_time: float | None = None
     first_token_time: float | None = None
+    token_times: list[float] = attrs.field(factory=list)
     finish_time: float | None = None
     num_preemptions: int = 0
     block_hashes: list[BlockHash] = attrs.field(factory=list)

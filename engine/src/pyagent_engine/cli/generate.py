@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
 DequantizeOpt = Annotated[bool, typer.Option(
-    "--dequantize", help="Dequantize a GGUF's Q4_0/Q4_1/Q8_0 matrices at load instead of decoding them per step.")]
+    "--dequantize", help="Dequantize a GGUF's block-quantized matrices at load instead of decoding them per step.")]
 AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
 AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
@@ -81,6 +81,16 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
                samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
                config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
                speculative=speculative, quantized=not dequantize)
+
+
+def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
+                  kv_hash: str, offload_blocks: int, scheduler: str | None, scheduler_opt: list[str] | None,
+                  max_num_seqs: int, max_num_batched_tokens: int, block_size: int) -> dict[str, Any]:
+    """The :class:`~pyagent_engine.engine.EngineConfig` fields the engine flags of ``generate`` and ``serve`` set."""
+    return {"logprobs_mode": logprobs_mode,
+            **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
+            **batch_flags.scheduler_config(scheduler, scheduler_opt),
+            **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
 
 
 def check_sampling(llm: LLM, params: SamplingParams) -> None:
@@ -193,10 +203,8 @@ def generate(
                             seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
                             extra=sampler.params if sampler else {}, logprobs=logprobs,
                             prompt_logprobs=prompt_logprobs)
-    engine_config = {"logprobs_mode": logprobs_mode,
-        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
-        **batch_flags.scheduler_config(scheduler, scheduler_opt),
-        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+    engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
+                                  scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)

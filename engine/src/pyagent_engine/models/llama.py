@@ -35,7 +35,7 @@ from pyagent_engine.models.config import ModelConfig
 from pyagent_kernels import run_prepared
 from pyagent_kernels.layer_ops import add_rms_norm, prepare_add_rms_norm, prepare_rope_split, prepare_silu_mul
 from pyagent_kernels.linear import linear, prepare_linear
-from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_kernels.quantized import QuantizedWeight, shared_format
 
 #: Steps of at most this many tokens reuse their model's buffers and prepared kernel calls; larger
 #: steps (prefill) spend more time in the kernels than the ~1 ms preparing theirs takes.
@@ -123,9 +123,10 @@ class LlamaModel:
     Args:
         config: the model's hyper-parameters.
         weights: Hugging Face parameter name -> tensor (any float dtype; converted) or
-            :class:`QuantizedWeight` (kept as it is; a quantized part fused with a dense one is
-            dequantized). Checked against ``config`` (:class:`ModelFormatError` naming a missing
-            or misshapen weight).
+            :class:`QuantizedWeight` (kept as it is; parts of different block formats are fused in
+            a layout that holds them all exactly, see :func:`shared_format`, and a quantized part
+            fused with a dense one, or with no such layout, is dequantized). Checked against
+            ``config`` (:class:`ModelFormatError` naming a missing or misshapen weight).
         dtype: the dtype of weights, activations and KV cache (``torch.float32`` or ``torch.bfloat16``).
         device: where the weights live.
         quantized: keep :class:`QuantizedWeight` matrices in their blocks (on CPU; the same results
@@ -160,7 +161,7 @@ class LlamaModel:
             parts = [weights[name] for name in names]
             quantized = [part for part in parts if isinstance(part, QuantizedWeight)]
             if (keep_quantized and len(quantized) == len(parts) and self.device.type == "cpu"
-                    and len({(part.format, part.in_features) for part in quantized}) == 1):
+                    and shared_format(quantized) is not None):
                 return quantized[0] if len(quantized) == 1 else QuantizedWeight.cat(quantized)
             return dense(*names)
 
