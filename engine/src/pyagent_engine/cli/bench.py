@@ -428,6 +428,7 @@ def logprobs(
     batch: Annotated[list[int] | None, typer.Option(min=1, help="Batch size (repeatable; default 1 and 8).")] = None,
     new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per request.")] = 64,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (default: torch's).")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -435,15 +436,16 @@ def logprobs(
     from pyagent_engine.benchmarks.logprobs import LogprobsBenchSettings, run_logprobs_benchmark
 
     report = run_logprobs_benchmark(LogprobsBenchSettings(
-        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats))
+        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats, threads=threads))
     if save_or_print_json(report, out, json_out):
         return
     print_table(
         f"greedy decode, {new_tokens} new tokens per request, best of {repeats}, "
         f"{report['torch_threads']} torch threads",
-        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs no logprobs"],
+        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs none", "tok per CPU s", "vs none (CPU)"],
         [(r["batch"], r["mode"], "none" if r["logprobs"] is None else r["logprobs"], _number(r["decode_tok_s"]),
-          f"{r['ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
+          f"{r['ratio_to_no_logprobs']:.3f}x", _number(r["decode_tok_per_cpu_s"]),
+          f"{r['cpu_ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
     )
 
 
