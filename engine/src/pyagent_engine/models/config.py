@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -57,6 +57,10 @@ def token_ids(value: Any, key: str, where: str) -> tuple[int, ...]:
     return tuple(checked(v, int, key, where) for v in values)
 
 
+def _windows(windows: Iterable[int | None]) -> tuple[int | None, ...]:
+    return tuple(windows)
+
+
 @attrs.frozen
 class ModelConfig:
     """Hyper-parameters of a Llama-family decoder.
@@ -77,6 +81,10 @@ class ModelConfig:
         bos_token_id: beginning-of-sequence token, if the model has one.
         eos_token_ids: tokens that end generation (one or several).
         name: human-readable model name.
+        sliding_windows: each layer's sliding attention window (``None``: that layer sees every
+            earlier position); empty: no layer has one. The attention backend applies them.
+        attn_logit_softcapping: the cap ``c`` of the attention scores (``c * tanh(score / c)``),
+            or ``None``.
     """
 
     architecture: str
@@ -94,6 +102,8 @@ class ModelConfig:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     name: str
+    sliding_windows: tuple[int | None, ...] = attrs.field(default=(), converter=_windows)
+    attn_logit_softcapping: float | None = None
 
     def __attrs_post_init__(self) -> None:
         for field in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -106,6 +116,9 @@ class ModelConfig:
                 f"model config {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
+        if self.sliding_windows and len(self.sliding_windows) != self.num_layers:
+            raise ModelFormatError(f"model config {self.name!r}: sliding_windows has {len(self.sliding_windows)} "
+                                   f"entries for {self.num_layers} layers; give one per layer (None: no window)")
         for token in (self.bos_token_id, *self.eos_token_ids):
             if token is not None and not 0 <= token < self.vocab_size:
                 raise ModelFormatError(
