@@ -133,6 +133,7 @@ class Engine:
             num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
             scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype),
             sliding_windows=model_config.sliding_windows, logits_soft_cap=model_config.attn_logit_softcapping)
+        self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
@@ -182,11 +183,12 @@ class Engine:
             problems.append(f"head size {cfg.head_dim}")
         if spec.block_sizes and self.config.block_size not in spec.block_sizes:
             problems.append(f"block size {self.config.block_size}")
-        windows = sorted({w for w in cfg.sliding_windows if w is not None})
+        context = self.attention_context
+        windows = sorted({w for w in context.sliding_windows if w is not None})
         if windows and not spec.sliding_window:
             problems.append(f"sliding-window attention (the model's window: {', '.join(map(str, windows))})")
-        if cfg.attn_logit_softcapping is not None and not spec.logits_soft_cap:
-            problems.append(f"attention logit soft-capping (the model caps scores at {cfg.attn_logit_softcapping})")
+        if context.logits_soft_cap is not None and not spec.logits_soft_cap:
+            problems.append(f"attention logit soft-capping (the model caps scores at {context.logits_soft_cap})")
         return "it does not support " + "; ".join(problems) if problems else None
 
     @property
