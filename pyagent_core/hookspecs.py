@@ -24,6 +24,7 @@ from pyagent_core.types import (
     AttentionSpec,
     EvictionSpec,
     GrammarSpec,
+    ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
@@ -108,6 +109,18 @@ def pyagent_register_schedulers(register: Callable[[SchedulerSpec], None]) -> No
 
     Args:
         register: call once per policy with a :class:`~pyagent_core.types.SchedulerSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_models(register: Callable[[ModelSpec], None]) -> None:
+    """Register model architectures (the decoders checkpoints and GGUF files run on).
+
+    Args:
+        register: call once per architecture with a :class:`~pyagent_core.types.ModelSpec`.
 
     Returns:
         Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.

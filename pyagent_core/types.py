@@ -252,6 +252,31 @@ class SchedulerSpec(BackendSpec):
 
 
 @attrs.frozen(kw_only=True)
+class ModelSpec(BackendSpec):
+    """A model architecture: the decoder a checkpoint or GGUF file of these architectures runs on.
+
+    Attributes:
+        architectures: the names a Hugging Face ``config.json`` lists under ``architectures``
+            (``"LlamaForCausalLM"``).
+        gguf_architectures: the ``general.architecture`` values of GGUF files it reads (``"llama"``).
+    """
+
+    kind: ClassVar[str] = "model"
+
+    architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    gguf_architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.architectures or self.gguf_architectures):
+            raise SpecError(f"model {self.name!r} names no architecture; set architectures (config.json names "
+                            "such as 'LlamaForCausalLM') and/or gguf_architectures (such as 'llama')")
+
+    def serves(self, *, hf: Iterable[str] = (), gguf: str | None = None) -> bool:
+        """Whether it serves one of the ``config.json`` architecture names ``hf`` or the GGUF ``gguf``."""
+        return bool(set(hf) & set(self.architectures)) or (gguf is not None and gguf in self.gguf_architectures)
+
+
+@attrs.frozen(kw_only=True)
 class ToolParserSpec(BackendSpec):
     """A tool-call parser; ``template_markers`` are chat-template substrings used for detection."""
 

@@ -19,7 +19,6 @@ import attrs
 import torch
 
 from pyagent_core.errors import ConfigError, RequestError
-from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
@@ -27,7 +26,7 @@ from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.attention_choice import build_attention
 from pyagent_engine.isolation import describe, run_isolated
-from pyagent_engine.models.llama import allocate_kv_caches
+from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.output import TextTracker
 from pyagent_engine.params import SamplingParams
@@ -129,10 +128,8 @@ class Engine:
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
         model_config = loaded.config
-        attention_context = AttentionContext(
-            num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
-            scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype),
-            sliding_windows=model_config.sliding_windows, logits_soft_cap=model_config.attn_logit_softcapping)
+        attention_context = loaded.model.attention_context(model_config, self.config.block_size,
+                                                           _dtype_name(loaded.dtype))
         self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)

@@ -1,7 +1,7 @@
-"""Sliding windows and score capping through the engine, on the embedded model given a windowed config.
+"""Sliding windows and score capping through the engine, on the embedded model given windowed attention.
 
 The embedded SmolLM2 with every other layer limited to a window of :data:`WINDOW` positions and its
-scores capped: the attention backend gets both from the model's config, the output changes (the
+scores capped: the attention backend gets both from the model's attention context, the output changes (the
 prompts are longer than the window), greedy tokens stay the same with prefix caching and speculative
 decoding (chains and trees) on or off, and a backend whose spec lacks windows or capping is never
 picked for such a model.
@@ -10,6 +10,7 @@ picked for such a model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from pyagent_attention_torch_sdpa.plugin import SPEC as TORCH_SDPA
 from pyagent_core import hookimpl
 from pyagent_core.errors import BackendUnavailableError
+from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.registry import Registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine import runner
@@ -38,13 +40,25 @@ PROMPTS = (  # repetitive, so that drafts get accepted; with branches, so that s
 )
 
 
+class Windowed:
+    """A model whose attention context has a window on its even layers and capped scores."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def attention_context(self, config: Any, block_size: int, dtype: str) -> AttentionContext:
+        windows = tuple(WINDOW if layer % 2 == 0 else None for layer in range(config.num_layers))
+        return attrs.evolve(self.model.attention_context(config, block_size, dtype), sliding_windows=windows,
+                            logits_soft_cap=SOFT_CAP)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
 @pytest.fixture(scope="module")
 def windowed(llm_bf16: LLM) -> LoadedModel:
     """The embedded model with a window on its even layers and capped scores."""
-    config = llm_bf16.loaded.config
-    windows = tuple(WINDOW if layer % 2 == 0 else None for layer in range(config.num_layers))
-    return attrs.evolve(llm_bf16.loaded, config=attrs.evolve(config, sliding_windows=windows,
-                                                             attn_logit_softcapping=SOFT_CAP))
+    return attrs.evolve(llm_bf16.loaded, model=Windowed(llm_bf16.loaded.model))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +102,7 @@ def test_the_backend_attends_with_the_models_windows_and_cap(llm_bf16: LLM, wind
     engine = Engine(windowed, config=EngineConfig(kv_cache_gib=0.02))
     try:
         context = engine.runner.attention.context
-        assert context.sliding_windows == windowed.config.sliding_windows and context.logits_soft_cap == SOFT_CAP
+        assert context.sliding_windows[:3] == (WINDOW, None, WINDOW) and context.logits_soft_cap == SOFT_CAP
     finally:
         engine.close()
     plain = generate(llm_bf16.loaded, prompts, config=EngineConfig(kv_cache_gib=0.05))
