@@ -139,6 +139,7 @@ class Engine:
         model_config = loaded.config
         attention_context = loaded.model.attention_context(model_config, self.config.block_size,
                                                            _dtype_name(loaded.dtype))
+        self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
@@ -189,6 +190,12 @@ class Engine:
             problems.append(f"head size {cfg.head_dim}")
         if spec.block_sizes and self.config.block_size not in spec.block_sizes:
             problems.append(f"block size {self.config.block_size}")
+        context = self.attention_context
+        windows = sorted({w for w in context.sliding_windows if w is not None})
+        if windows and not spec.sliding_window:
+            problems.append(f"sliding-window attention (the model's window: {', '.join(map(str, windows))})")
+        if context.logits_soft_cap is not None and not spec.logits_soft_cap:
+            problems.append(f"attention logit soft-capping (the model caps scores at {context.logits_soft_cap})")
         return "it does not support " + "; ".join(problems) if problems else None
 
     @property
