@@ -11,8 +11,8 @@ same LLM (``generate`` from another thread) keep working.
 Limits: at most ``max_waiting`` requests wait to start and ``max_concurrent`` are in the engine at
 once; more raise :class:`EngineOverloadedError`. A generation whose reader stops (a client that
 disconnects cancels it), or that runs past its timeout, is aborted at once and its KV blocks go back
-to the pool before the next step. :meth:`AsyncEngine.shutdown` refuses new work, lets the running
-requests finish within a grace period and abort the rest.
+to the pool before the next step. :meth:`AsyncEngine.drain` (on SIGTERM) and :meth:`AsyncEngine.shutdown`
+refuse new work, let the running requests finish within a grace period and abort the rest.
 """
 
 from __future__ import annotations
