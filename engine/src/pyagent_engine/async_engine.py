@@ -11,8 +11,8 @@ same LLM (``generate`` from another thread) keep working.
 Limits: at most ``max_waiting`` requests wait to start and ``max_concurrent`` are in the engine at
 once; more raise :class:`EngineOverloadedError`. A generation whose reader stops (a client that
 disconnects cancels it), or that runs past its timeout, is aborted at once and its KV blocks go back
-to the pool before the next step. :meth:`AsyncEngine.shutdown` refuses new work, lets the running
-requests finish within a grace period and aborts the rest.
+to the pool before the next step. :meth:`AsyncEngine.drain` (on SIGTERM) and :meth:`AsyncEngine.shutdown`
+refuse new work, let the running requests finish within a grace period and abort the rest.
 """
 
 from __future__ import annotations
@@ -172,6 +172,14 @@ class AsyncEngine:
         """Abort the unfinished requests of ``generation`` before the next step."""
         self._send(lambda: self._close(generation._session))
 
+    def drain(self, grace_s: float) -> None:
+        """Refuse new requests from now on and abort those still in the engine after ``grace_s`` seconds;
+        their readers get final outputs with ``finish_reason == "abort"``. Safe to call from a signal
+        handler on the event loop's thread."""
+        self.draining = True
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.call_later, grace_s, self._send, self._abort_all)
+
     async def shutdown(self, grace_s: float) -> None:
         """Refuse new requests, wait up to ``grace_s`` seconds for those in the engine, abort the rest,
         close the engine and stop the thread."""
@@ -221,6 +229,14 @@ class AsyncEngine:
         generation = Generation(self, session, request_ids, self.timeout_s)
         self._active[session] = generation
         self._call(done.set_result, generation)
+
+    def _abort_all(self) -> None:
+        for session, generation in self._active.items():
+            session.abort()
+            self._deliver(session, generation)
+        self._active.clear()
+        with self.llm.shared.locked() as engine:
+            self._measure(engine)
 
     def _close(self, session: Session) -> None:
         self._active.pop(session, None)

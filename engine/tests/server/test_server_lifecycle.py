@@ -117,3 +117,15 @@ def test_sigterm_lets_running_requests_finish_then_exits_cleanly() -> None:
             finishes = [json.loads(e.removeprefix("data: "))["choices"][0]["finish_reason"] for e in events[:-1]]
             assert finishes[-1] == "length" and finishes.count(None) == len(finishes) - 1
         assert "Traceback" not in server.log_text()
+
+
+def test_sigterm_aborts_what_runs_past_the_grace_period() -> None:
+    with running("--shutdown-grace", "1") as server, open_stream(server, LONG) as events:
+        first = next(events)
+        server.process.send_signal(signal.SIGTERM)
+        rest = list(events)  # ends once the grace second is over, well before 3000 tokens
+        assert server.process.wait(60) in (0, -signal.SIGTERM)
+    assert rest[-1] == "data: [DONE]"
+    finishes = [json.loads(e.removeprefix("data: "))["choices"][0]["finish_reason"] for e in [first, *rest[:-1]]]
+    assert finishes[-1] == "abort" and finishes.count(None) == len(finishes) - 1
+    assert "Traceback" not in server.log_text()
