@@ -138,10 +138,12 @@ def engine(
     attention: Annotated[str | None, typer.Option(
         help="pyagent's attention backend (default: the registry's selection).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
+    model: Annotated[Path | None, typer.Option(
+        "--model", help="A .gguf file or checkpoint folder of any installed architecture (default: embedded).")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    """Generation speed of pyagent against transformers `generate()` (and llama.cpp on a GGUF when installed)."""
     from pyagent_engine.benchmarks.engine import DTYPES, EngineBenchSettings, run_engine_benchmark
 
     dtypes = tuple(dtype or DTYPES)
@@ -149,8 +151,8 @@ def engine(
     if unknown:
         raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
                                  param_hint="--dtype")
-    settings = (EngineBenchSettings.quick(dtypes, attention) if quick
-                else EngineBenchSettings(dtypes=dtypes, attention=attention))
+    settings = (EngineBenchSettings.quick(dtypes, attention, model) if quick
+                else EngineBenchSettings(model=model, dtypes=dtypes, attention=attention))
     report = run_engine_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return

@@ -37,7 +37,8 @@ GGUF_MAGIC = b"GGUF"
 #: ``progress(done, total, what)``: called as the tensors of a model are converted.
 ProgressCallback = Callable[[int, int, str], None]
 
-_KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
+#: GGUF block types kept in their blocks, by the name the linear kernel knows them by.
+KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
                    GGMLQuantizationType.Q8_0: "q8_0"}
 
 
@@ -105,7 +106,7 @@ def _dequantize(tensor: ReaderTensor, where: str) -> np.ndarray:
 
 def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
     """One tensor in Hugging Face layout: kept quantized (a Q4_0/Q4_1/Q8_0 matrix) or as float32."""
-    fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    fmt = KEPT_QUANTIZED.get(tensor.tensor_type)
     if fmt is not None and len(tensor.shape) == 2:
         blocks = tensor.data  # uint8 [rows, bytes per row]
         if rope_heads is not None:
