@@ -240,6 +240,21 @@ def pyagent_register_commands(app: typer.Typer) -> None:
 
 
 @hookspec
+def pyagent_check_model(path: str) -> list[DoctorCheck]:
+    """Say whether the model at ``path`` can run here, for ``pyagent doctor --model PATH``.
+
+    Args:
+        path: the model file or folder the user named.
+
+    Returns:
+        :class:`~pyagent_core.records.DoctorCheck` rows, one per question (architecture served, block
+        types, tokenizer...); a row with ``ok`` false says what cannot run and why. Not
+        ``firstresult``: every plugin's rows are shown. It may import what reading the model takes.
+    """
+    raise NotImplementedError  # a specification: plugins implement it
+
+
+@hookspec
 def pyagent_doctor_checks() -> list[DoctorCheck]:
     """Report what ``pyagent doctor`` should show about this plugin's environment.
 

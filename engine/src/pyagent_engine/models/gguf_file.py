@@ -38,14 +38,15 @@ GGUF_MAGIC = b"GGUF"
 #: ``progress(done, total, what)``: called as the tensors of a model are converted.
 ProgressCallback = Callable[[int, int, str], None]
 
-_KEPT_QUANTIZED = {GGMLQuantizationType(spec.ggml_type): name for name, spec in FORMATS.items()}
+#: GGUF block types kept in their blocks, by the name the linear kernel knows them by.
+KEPT_QUANTIZED = {GGMLQuantizationType(spec.ggml_type): name for name, spec in FORMATS.items()}
 _FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 
 
 def supported_block_types() -> tuple[str, ...]:
     """The GGUF tensor types pyagent reads, by their GGML names: the float types, then the block
     types the linear kernel decodes (``F32``, ``F16``, ``BF16``, ``Q4_0``, ...)."""
-    return tuple(t.name for t in (*_FLOAT_TYPES, *_KEPT_QUANTIZED))
+    return tuple(t.name for t in (*_FLOAT_TYPES, *KEPT_QUANTIZED))
 
 
 def open_gguf(path: Path) -> GGUFReader:
@@ -107,7 +108,7 @@ def _dequantize(tensor: ReaderTensor) -> np.ndarray:
 def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
     """One tensor in Hugging Face layout: kept quantized (a matrix of a supported block type) or as
     float32; :class:`UnsupportedModelError` for another block type."""
-    fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    fmt = KEPT_QUANTIZED.get(tensor.tensor_type)
     if fmt is None and tensor.tensor_type not in _FLOAT_TYPES:
         raise UnsupportedModelError(
             f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, a block type pyagent's "

@@ -9,7 +9,8 @@ the same weights as a GGUF file with the ``gguf`` package's writer, its tensor-n
 ``gguf_arch`` and its metadata keys (q/k rows permuted as llama.cpp's converter does where
 ``permute_qk`` says so). The checks: pyagent's float32 logits of the folder agree with transformers'
 within ``logits_atol`` at every prompt position; 32 greedy tokens of the engine equal transformers'
-on the folder and on the GGUF file; both tokenizers encode text alike; a config missing a key, a
+on the folder and on the GGUF file; both tokenizers encode text alike; ``pyagent bench engine`` runs
+on the folder; a config missing a key, a
 folder without its tokenizer and a GGUF without its vocabulary are errors naming the file and what
 is missing.
 """
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import gguf
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.testing.model import metadata, random_weights
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
 from pyagent_engine.engine import EngineConfig
 from pyagent_engine.llm import LLM
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
@@ -242,6 +245,15 @@ class CheckpointConformance:
         folder, file = load_model(checkpoint_dir).tokenizer, load_model(gguf_path, use_cache=False).tokenizer
         for text in TEXTS:
             assert file.encode(text) == folder.encode(text)
+
+    def test_bench_engine_runs_on_the_folder(self, checkpoint_dir: Path) -> None:
+        """``pyagent bench engine --model FOLDER`` measures pyagent and transformers on it (float32, one
+        prompt, one concurrency; only the report's shape is checked)."""
+        settings = attrs.evolve(EngineBenchSettings.quick(("float32",), model=checkpoint_dir), concurrency=(1,))
+        report = run_engine_benchmark(settings)
+        assert report["model"] == checkpoint_dir.name and not report["peers"]["llama.cpp"]["available"]
+        engines = {row["engine"] for row in report["single_stream"] if row["decode_tok_s"] > 0}
+        assert engines == {"pyagent", "transformers"}
 
     def test_a_missing_config_key_names_the_file_and_key(self, checkpoint_dir: Path,
                                                          tmp_path: Path) -> None:
