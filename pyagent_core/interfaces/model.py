@@ -308,6 +308,12 @@ class CausalLM(ABC):
         return {}
 
     @classmethod
+    def gguf_weight_offsets(cls, config: ModelConfig) -> dict[str, float]:
+        """Hugging Face name -> the constant llama.cpp's converter added to that weight (Gemma's norms
+        are stored as ``1 + w``); a reader subtracts it. None by default."""
+        return {}
+
+    @classmethod
     def attention_context(cls, config: ModelConfig, block_size: int, dtype: str) -> AttentionContext:
         """The :class:`AttentionContext` the attention backend is built with for this model: its
         heads, scale (``head_dim ** -0.5`` by default) and any per-layer attention settings."""

@@ -145,10 +145,14 @@ def read_gguf(path: Path, progress: ProgressCallback | None = None, registry: Re
     tokenizer = Tokenizer(build_gguf_tokenizer(metadata, where))
     weights: dict[str, Weight] = {}
     names, permuted = model_class.gguf_tensor_names(config), model_class.gguf_permuted_heads(config)
+    offsets = model_class.gguf_weight_offsets(config)
     for done, tensor in enumerate(reader.tensors, start=1):
         name = names.get(tensor.name)
         if name is not None:
-            weights[name] = _read_weight(tensor, permuted.get(name), where)
+            weight = _read_weight(tensor, permuted.get(name), where)
+            if name in offsets:  # stored as the Hugging Face value plus a constant
+                weight = (weight.dequantize() if isinstance(weight, QuantizedWeight) else weight) - offsets[name]
+            weights[name] = weight
         if progress is not None:
             progress(done, len(reader.tensors), tensor.name)
     template = None

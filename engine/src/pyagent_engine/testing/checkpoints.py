@@ -77,8 +77,9 @@ def permute_rows(weight: np.ndarray, heads: int) -> np.ndarray:
         weight.shape)
 
 
-def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool) -> None:
-    """The checkpoint ``folder`` (config, safetensors, tokenizer) as a float32 GGUF file of ``arch``."""
+def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool, norm_offset: float = 0.0) -> None:
+    """The checkpoint ``folder`` (config, safetensors, tokenizer) as a float32 GGUF file of ``arch``
+    (``norm_offset`` added to every ``*norm.weight``, as llama.cpp's Gemma converters add 1)."""
     from safetensors.torch import load_file
 
     config = json.loads((folder / "config.json").read_text())
@@ -100,10 +101,16 @@ def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool) -> None:
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
     rope = config.get("rope_parameters") or {}
-    writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+    writer.add_rope_freq_base(rope.get("full_attention", rope).get("rope_theta", config.get("rope_theta", 10000.0)))
+    if "sliding_attention" in rope:  # Gemma 3's local layers
+        writer.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     if config.get("sliding_window"):
         writer.add_sliding_window(config["sliding_window"])
+    for key, add in (("attn_logit_softcapping", writer.add_attn_logit_softcapping),
+                     ("final_logit_softcapping", writer.add_final_logit_softcapping)):
+        if config.get(key):
+            add(config[key])
     vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
     added = {token["id"]: token["content"] for token in tokenizer["added_tokens"]}
     tokens = [added.get(i, token) for i, (token, _) in enumerate(vocab)]
@@ -120,6 +127,8 @@ def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool) -> None:
     for name, tensor in weights.items():
         base, _, suffix = name.rpartition(".")
         values = tensor.float().numpy()
+        if name.endswith("norm.weight"):
+            values = values + np.float32(norm_offset)
         if permute_qk and base.endswith(("q_proj", "k_proj")):
             values = permute_rows(values, heads if base.endswith("q_proj") else kv_heads)
         writer.add_tensor(f"{name_map.get_name(base)}.{suffix}", np.ascontiguousarray(values))
@@ -137,6 +146,7 @@ class CheckpointConformance:
         gguf_arch: the GGUF ``general.architecture`` the file is written as.
         config: the tiny model's hyper-parameters (the vocabulary and special tokens are the kit's).
         permute_qk: llama.cpp's converter permutes q/k rows for this architecture (``llama``).
+        gguf_norm_offset: what llama.cpp's converter adds to the norm weights (1 for Gemma).
         logits_atol: largest difference allowed between pyagent's and transformers' float32 logits.
         greedy_tokens: how many greedy tokens must be equal.
     """
@@ -145,6 +155,7 @@ class CheckpointConformance:
     gguf_arch: ClassVar[str]
     config: ClassVar[Mapping[str, Any]]
     permute_qk: ClassVar[bool] = False
+    gguf_norm_offset: ClassVar[float] = 0.0
     logits_atol: ClassVar[float] = 1e-4
     greedy_tokens: ClassVar[int] = 32
 
@@ -175,7 +186,7 @@ class CheckpointConformance:
     def gguf_path(cls, checkpoint_dir: Path) -> Path:
         """The same weights, tokenizer and template as a GGUF file."""
         path = checkpoint_dir.parent / f"{cls.model_type}-tiny.gguf"
-        write_gguf(checkpoint_dir, path, cls.gguf_arch, cls.permute_qk)
+        write_gguf(checkpoint_dir, path, cls.gguf_arch, cls.permute_qk, cls.gguf_norm_offset)
         return path
 
     @pytest.fixture(scope="class")

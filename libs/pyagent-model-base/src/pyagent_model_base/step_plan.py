@@ -127,7 +127,7 @@ class StepPlan:
             calls.append(prepare_rope_split(qkv, self.cos, self.sin, heads, kv_heads, dim, (self.q, self.k, self.v)))
             return tuple(calls)
 
-        self.calls = [
+        self.calls: list[tuple[tuple[PreparedCall, ...], tuple[PreparedCall, ...]]] = [
             (
                 projection(index, layer),
                 (
