@@ -35,6 +35,8 @@ def error_of(response: httpx2.Response, status: int) -> dict[str, Any]:
     (CHAT, {"messages": MESSAGES, "response_format": {"type": "json_object"}, "grammar_backend": "no-such-backend"},
      None, "no-such-backend"),
     (CHAT, {"messages": MESSAGES, "regex": "[a-z]+", "choice": ["a"]}, "choice", "one constraint"),
+    (CHAT, {"messages": MESSAGES, "choice": []}, "choice", "constraint choice is empty"),
+    ("/v1/completions", {"prompt": "Hi", "regex": ""}, "regex", "constraint regex is empty"),
     (CHAT, {"messages": MESSAGES, "tool_choice": "required"}, "tool_choice", "needs tools"),
     (CHAT, {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": 7}}}]}, "tools[0].function.parameters", "not a valid JSON schema"),
