@@ -179,3 +179,50 @@ def test_cli_measures_a_running_server_as_the_peer(reference, cli):
         assert set(level["results"]) == {"pyagent", "twin"}
         assert all(r["failed"] == 0 and r["output_tokens"] == 3 * r["requests"] for r in level["results"].values())
     assert any(r["name"] == "output tok/s @2: pyagent / twin" and r["ratio"] for r in report["ratios"])
+
+
+CHILD_SERVER = """
+import http.server, os, sys
+open(sys.argv[2], "w").write(str(os.getpid()))
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+BENCH_PARENT = """
+import sys, time
+from pyagent_engine.benchmarks.serve import free_port, running_server
+port = free_port()
+with running_server("child", [sys.executable, "-c", sys.argv[1], str(port), sys.argv[2]], port):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_terminated_benchmark_stops_the_server_it_started(tmp_path):
+    """Fails when SIGTERM kills the benchmark outright: the server it started lives on, orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", BENCH_PARENT, CHILD_SERVER, str(pid_file)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        parent.send_signal(signal.SIGTERM)
+        status = parent.wait(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        child = int(pid_file.read_text()) if pid_file.exists() else None
+        try:
+            if child is not None:
+                os.kill(child, signal.SIGKILL)  # still there: it outlived the benchmark
+                pytest.fail("the child server outlived the benchmark")
+        except ProcessLookupError:
+            pass
+    assert status == 128 + signal.SIGTERM

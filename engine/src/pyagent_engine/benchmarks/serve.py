@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -245,13 +246,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _exit_on_sigterm() -> None:
+    """Let SIGTERM (a timeout, a CI kill) unwind like an exception, so the servers started here are stopped."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 @contextmanager
 def running_server(name: str, argv: Sequence[str], port: int, ready_timeout_s: float = 600) -> Iterator[str]:
     """Start ``argv`` (a server listening on ``port``), wait until ``GET /health`` answers 200, yield its
-    base URL; stop it (SIGTERM, then SIGKILL) on the way out. Its output goes to a log shown on failure."""
+    base URL; stop it (SIGTERM, then SIGKILL) on the way out, a SIGTERM to this process included. Its output goes
+    to a log shown on failure."""
     import httpx2
 
     base_url = f"http://127.0.0.1:{port}"
+    _exit_on_sigterm()
     with tempfile.TemporaryFile(mode="w+b") as log:
         process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
