@@ -36,6 +36,7 @@ def error_of(response: httpx2.Response, status: int) -> dict[str, Any]:
      None, "no-such-backend"),
     (CHAT, {"messages": MESSAGES, "regex": "[a-z]+", "choice": ["a"]}, "choice", "one constraint"),
     (CHAT, {"messages": MESSAGES, "choice": []}, "choice", "constraint choice is empty"),
+    (CHAT, {"messages": MESSAGES, "grammar": "root ::= ("}, None, "no grammar backend can serve this grammar"),
     ("/v1/completions", {"prompt": "Hi", "regex": ""}, "regex", "constraint regex is empty"),
     (CHAT, {"messages": MESSAGES, "tool_choice": "required"}, "tool_choice", "needs tools"),
     (CHAT, {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
