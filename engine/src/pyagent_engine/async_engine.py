@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 
 import attrs
 
-from pyagent_core.errors import PyagentError
+from pyagent_core.errors import PyagentError, RequestError
 from pyagent_engine.engine import Engine
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
@@ -148,10 +148,14 @@ class AsyncEngine:
         Raises:
             EngineOverloadedError: the engine is shutting down, the waiting queue is full, or the cap
                 on requests in the engine is reached.
-            RequestError: a request cannot run (bad parameters, a prompt too long...); none of the
-                submitted requests is kept.
+            RequestError: more requests than the waiting queue or the cap could ever hold, or a
+                request cannot run (bad parameters, a prompt too long...); none of them is kept.
         """
         count = len(submissions)
+        for limit, what in ((self.max_waiting, "the waiting queue holds"), (self.max_concurrent, "the engine takes")):
+            if limit and count > limit:
+                raise RequestError(f"this call asks for {count} requests (prompts times n) but {what} at most "
+                                   f"{limit}; send fewer at a time")
         if self.draining:
             raise EngineOverloadedError("the server is shutting down and takes no new requests")
         if self._queued + self._load.waiting + count > self.max_waiting:
