@@ -85,7 +85,20 @@ class BackendSpec:
 
 @attrs.frozen(kw_only=True)
 class AttentionSpec(BackendSpec):
-    """An attention backend over the paged KV cache."""
+    """An attention backend over the paged KV cache.
+
+    Attributes:
+        dtypes: the torch dtype names it attends in.
+        head_sizes: the head sizes it handles (empty: any).
+        block_sizes: the cache block sizes it handles (empty: any).
+        prefill: it handles several new tokens per sequence (prefill, chunked prefill).
+        decode: it handles one new token per sequence.
+        tree_mask: it honours ``AttentionMetadata.tree_mask`` (draft-tree verification).
+        sliding_window: it honours ``AttentionContext.sliding_windows``; the engine refuses it for a
+            model with a windowed layer otherwise.
+        logits_soft_cap: it honours ``AttentionContext.logits_soft_cap``; the engine refuses it for
+            a model that caps its attention scores otherwise.
+    """
 
     kind: ClassVar[str] = "attention"
 
@@ -96,6 +109,7 @@ class AttentionSpec(BackendSpec):
     decode: bool = True
     tree_mask: bool = False
     sliding_window: bool = False
+    logits_soft_cap: bool = False
 
 
 SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "final")

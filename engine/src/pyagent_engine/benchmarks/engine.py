@@ -12,8 +12,11 @@ ids; raw text for a model without a chat template), it measures greedy generatio
 - pyagent aggregate output tok/s with 1, 8 and 32 concurrent requests (pyagent's default dtype);
 - llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable (a checkpoint
   folder has no llama.cpp row);
+- with a ``llama-bench`` binary, pp512 and tg128 of pyagent and of that native llama.cpp on the same
+  GGUF (:mod:`pyagent_engine.benchmarks.llama_bench`);
 
-then the ratios the engine is judged by. A peer that is not installed is reported, not fatal.
+then the ratios the engine is judged by. ``model`` measures another GGUF instead of the embedded one.
+A peer that is not installed is reported, not fatal.
 Heavy imports (torch, transformers, llama_cpp) happen inside the functions that need them.
 """
 
@@ -31,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from pyagent_engine.benchmarks.llama_bench import PpTgSettings, pyagent_pp_tg, run_llama_bench
 from pyagent_engine.benchmarks.llama_cpp_peer import run_in_child
 
 PROMPTS = (
@@ -68,22 +72,24 @@ class EngineBenchSettings:
         new_tokens: tokens generated per single-stream request.
         concurrency: the numbers of concurrent requests of the aggregate runs.
         aggregate_new_tokens: tokens generated per request in the aggregate runs.
+        model: the GGUF file or checkpoint folder measured (``None``: the embedded model).
+        pp_tg: the pp/tg comparison with llama.cpp's ``llama-bench``, or ``None`` to skip it.
     """
 
-    model: Path | None = None
     dtypes: tuple[str, ...] = DTYPES
     attention: str | None = None
     num_prompts: int = 4
     new_tokens: int = 128
     concurrency: tuple[int, ...] = (1, 8, 32)
     aggregate_new_tokens: int = 64
+    model: Path | None = None
+    pp_tg: PpTgSettings | None = None
 
     @classmethod
     def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None,
-              model: Path | None = None) -> EngineBenchSettings:
-        """A smoke-test sized run: one prompt, a few tokens."""
-        return cls(model=model, dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4,
-                   aggregate_new_tokens=2)
+              **others: Any) -> EngineBenchSettings:
+        """A smoke-test sized run: one prompt, a few tokens (the pp/tg comparison keeps its sizes)."""
+        return cls(dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4, aggregate_new_tokens=2, **others)
 
 
 @attrs.define
@@ -264,6 +270,14 @@ def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]]
     ]
 
 
+def pp_tg_ratios(rows: Sequence[dict[str, Any]], settings: PpTgSettings, dtype: str) -> list[dict[str, Any]]:
+    """pyagent's pp and tg (in ``dtype``) over llama-bench's (``ratio`` ``None`` where a side is missing)."""
+    ours, peer = _find(rows, engine="pyagent", dtype=dtype), _find(rows, engine="llama.cpp")
+    tests = (("pp", settings.prompt_tokens, "pp_tok_s"), ("tg", settings.gen_tokens, "tg_tok_s"))
+    return [_ratio(f"{name}{size}: pyagent {dtype} / llama-bench", ours, peer, key, key, 1.0)
+            for name, size, key in tests]
+
+
 def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     """Run every measurement of ``settings`` and return the JSON-ready report."""
     import torch
@@ -278,6 +292,7 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     single: list[dict[str, Any]] = []
     aggregate: list[dict[str, Any]] = []
     prompts: list[list[int]] = []
+    pp_tg: list[dict[str, Any]] = []
     for dtype in dtypes:
         llm = LLM(str(source), dtype=dtype, attention=settings.attention)
         chat = llm.loaded.chat_template is not None
@@ -287,6 +302,8 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
         if dtype == main_dtype:
             aggregate = [_pyagent_aggregate(llm, dtype, prompts, n, settings.aggregate_new_tokens)
                          for n in settings.concurrency]
+        if settings.pp_tg is not None and dtype in settings.dtypes:
+            pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
         llm.close()
     transformers_info, rows = transformers_peer(source, prompts, settings.new_tokens)
     single += rows
@@ -294,6 +311,15 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     if not source.is_dir():
         llama_info, rows = llama_cpp_peer(source, prompts, settings.new_tokens)
         single += rows
+    extra: dict[str, Any] = {}
+    if settings.pp_tg is not None:
+        peer, reason = run_llama_bench(settings.pp_tg, source)
+        pp_tg += [] if peer is None else [peer]
+        extra["pp_tg"] = {"prompt_tokens": settings.pp_tg.prompt_tokens, "gen_tokens": settings.pp_tg.gen_tokens,
+                          "repetitions": settings.pp_tg.repetitions, "binary": str(settings.pp_tg.binary),
+                          "peer": {"available": peer is not None, "reason": reason}, "rows": pp_tg,
+                          "ratios": pp_tg_ratios(pp_tg, settings.pp_tg, main_dtype if main_dtype in settings.dtypes
+                                                 else settings.dtypes[0])}
     return {
         "benchmark": "engine",
         "model": source.name,
@@ -306,4 +332,5 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
         "single_stream": single,
         "aggregate": aggregate,
         "ratios": ratios(single, aggregate, main_dtype),
+        **extra,
     }

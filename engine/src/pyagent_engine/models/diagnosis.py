@@ -14,19 +14,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import gguf.quants
-
 from pyagent_core.errors import PyagentError
 from pyagent_core.records import DoctorCheck
 from pyagent_engine.models.architectures import find_architecture
 from pyagent_engine.models.checkpoint import CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
-from pyagent_engine.models.gguf_file import KEPT_QUANTIZED, gguf_config, open_gguf, read_metadata
+from pyagent_engine.models.gguf_file import gguf_config, open_gguf, read_metadata, supported_block_types
 from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
 from pyagent_engine.models.loader import resolve_model_path
 from pyagent_engine.models.tokenizer import Tokenizer
-
-#: GGUF tensor types the forward reads as they are (dense) or through the linear kernel (blocks).
-DENSE_TYPES = ("F32", "F16", "BF16")
 
 
 def _guarded(name: str, check: Any) -> DoctorCheck:
@@ -39,15 +34,14 @@ def _guarded(name: str, check: Any) -> DoctorCheck:
 
 
 def _block_types(counts: Counter[str]) -> DoctorCheck:
-    """Whether every tensor type of a GGUF file can run: in blocks, dense, dequantized at load, or not."""
-    kept = {fmt.upper() for fmt in KEPT_QUANTIZED.values()}
-    dequantizable = {t.name for t in gguf.quants._type_traits}
-    unsupported = sorted(t for t in counts if t not in kept | set(DENSE_TYPES) | dequantizable)
-    shown = ", ".join(f"{t} x{n}" + ("" if t in kept | set(DENSE_TYPES) else " (dequantized at load)")
-                      for t, n in sorted(counts.items()))
+    """Whether every tensor type of a GGUF file can run (read dense or kept in the kernel's blocks)."""
+    supported = supported_block_types()
+    unsupported = sorted(t for t in counts if t not in supported)
+    shown = ", ".join(f"{t} x{n}" for t, n in sorted(counts.items()))
     if unsupported:
-        return DoctorCheck("model block types", False, f"{shown}; no reader for {', '.join(unsupported)}",
-                           f"kernel block types: {', '.join(sorted(kept))}; dequantized: the gguf package's")
+        return DoctorCheck("model block types", False, f"{shown}; the linear kernel lacks {', '.join(unsupported)}",
+                           f"supported: {', '.join(supported)}; requantize with llama.cpp's llama-quantize "
+                           "--allow-requantize (e.g. to Q4_K_M)")
     return DoctorCheck("model block types", True, shown)
 
 

@@ -102,6 +102,8 @@ def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool) -> None:
     rope = config.get("rope_parameters") or {}
     writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    if config.get("sliding_window"):
+        writer.add_sliding_window(config["sliding_window"])
     vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
     added = {token["id"]: token["content"] for token in tokenizer["added_tokens"]}
     tokens = [added.get(i, token) for i, (token, _) in enumerate(vocab)]

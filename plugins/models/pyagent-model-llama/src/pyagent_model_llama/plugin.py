@@ -1,4 +1,4 @@
-"""Registers the Llama architecture. pyagent imports this module on every listing: keep it light."""
+"""Registers the Llama and Mistral architectures. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
 
@@ -11,9 +11,18 @@ SPEC = ModelSpec(
     requires=("torch",),
     install_hint="pip install pyagent-model-llama",
 )
+MISTRAL = ModelSpec(
+    name="mistral",
+    impl="pyagent_model_llama.model:Mistral",
+    summary="Mistral: the Llama layers, each attending within a sliding window (GGUF files are llama's).",
+    architectures=("MistralForCausalLM",),
+    requires=("torch",),
+    install_hint="pip install pyagent-model-llama",
+)
 
 
 @hookimpl
 def pyagent_register_models(register):
-    """Register the Llama architecture."""
+    """Register the Llama and Mistral architectures."""
     register(SPEC)
+    register(MISTRAL)
