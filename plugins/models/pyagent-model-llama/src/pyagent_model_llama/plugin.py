@@ -5,7 +5,7 @@ from pyagent_core import ModelSpec, hookimpl
 SPEC = ModelSpec(
     name="llama",
     impl="pyagent_model_llama.model:Llama",
-    summary="Llama, SmolLM2.",
+    summary="Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU (SmolLM2, Llama 2/3, TinyLlama).",
     architectures=("LlamaForCausalLM",),
     gguf_architectures=("llama",),
     requires=("torch",),

@@ -5,7 +5,7 @@ from pyagent_core import ModelSpec, hookimpl
 SPEC = ModelSpec(
     name="phi3",
     impl="pyagent_model_phi3.model:Phi3",
-    summary="Phi-3: fused qkv, gate/up.",
+    summary="Phi-3 (mini/medium, 4k context): the Llama layers with fused qkv and gate/up projections.",
     architectures=("Phi3ForCausalLM",),
     gguf_architectures=("phi3",),
     requires=("torch",),

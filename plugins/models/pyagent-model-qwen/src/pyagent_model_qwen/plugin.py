@@ -5,7 +5,7 @@ from pyagent_core import ModelSpec, hookimpl
 QWEN2 = ModelSpec(
     name="qwen2",
     impl="pyagent_model_qwen.model:Qwen2",
-    summary="Qwen2, Qwen2.5: q/k/v bias.",
+    summary="Qwen2 and Qwen2.5: the Llama layers with biases on the q/k/v projections.",
     architectures=("Qwen2ForCausalLM",),
     gguf_architectures=("qwen2",),
     requires=("torch",),
@@ -14,7 +14,7 @@ QWEN2 = ModelSpec(
 QWEN3 = ModelSpec(
     name="qwen3",
     impl="pyagent_model_qwen.model:Qwen3",
-    summary="Qwen3: per-head q/k norm.",
+    summary="Qwen3 (dense): the Llama layers with an RMSNorm on each query and key head.",
     architectures=("Qwen3ForCausalLM",),
     gguf_architectures=("qwen3",),
     requires=("torch",),
