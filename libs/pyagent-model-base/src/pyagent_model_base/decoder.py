@@ -138,10 +138,13 @@ class DecoderLM(CausalLM):
         """The config of a GGUF file's metadata; see :meth:`CausalLM.config_from_gguf`.
 
         The vocabulary size defaults to the number of ``tokenizer.ggml.tokens``; the output head is
-        tied when the file has no ``output.weight``.
+        tied when the file has no ``output.weight``. Rope scaling is refused, whether the file names it
+        (``{arch}.rope.scaling.type``) or carries its frequency factors (``rope_freqs.weight``, Llama 3.1).
         """
         arch = str(metadata.get("general.architecture"))
         scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
+        if scaling == "none" and "rope_freqs.weight" in tensor_names:
+            scaling = "llama3 (rope_freqs.weight)"
         if scaling != "none":
             raise UnsupportedModelError(f"{where} uses rope scaling {scaling!r}; pyagent implements plain RoPE only")
         tokens = metadata.get("tokenizer.ggml.tokens") or ()

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import attrs
+import pytest
 import torch
 
+from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.testing.model import ModelConformance, transformers_logits
 from pyagent_engine.testing.checkpoints import CheckpointConformance
 from pyagent_model_llama.model import Llama, Mistral
@@ -67,3 +69,16 @@ class TestMistralCheckpoint(CheckpointConformance):
     gguf_arch = "llama"
     permute_qk = True
     config: ClassVar[dict[str, Any]] = {**TINY, "tie_word_embeddings": False, "sliding_window": 6}
+
+
+def test_gguf_rope_scaling_is_refused_whether_named_or_carried_as_frequency_factors():
+    metadata = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.attention.head_count": 4}
+    for extra, tensors, named in (({"llama.rope.scaling.type": "yarn"}, set(), "'yarn'"),
+                                  ({}, {"rope_freqs.weight"}, r"'llama3 \(rope_freqs\.weight\)'")):
+        with pytest.raises(UnsupportedModelError, match=f"m.gguf uses rope scaling {named}"):
+            Llama.config_from_gguf(metadata | extra, tensors, "llama", "m.gguf")
+
+
+def test_biases_are_refused():
+    with pytest.raises(UnsupportedModelError, match="sets attention_bias: true; pyagent's llama has no biases"):
+        Llama.config_from_hf({**TestLlama.config_json, "attention_bias": True}, "llama", "l/config.json")
