@@ -62,7 +62,9 @@ def test_a_missing_binary_says_what_to_pass(tmp_path: Path) -> None:
     assert row is None and why == f"{tmp_path / 'nowhere'} does not exist; pass the path of llama.cpp's llama-bench"
 
 
-def test_model_must_be_a_gguf_file(cli, tmp_path: Path) -> None:
-    result = cli("bench", "engine", "--quick", "--model", str(tmp_path))
+def test_llama_bench_needs_a_gguf_model(cli, tmp_path: Path) -> None:
+    """llama-bench reads GGUFs only: a checkpoint folder with --llama-bench is refused before any run."""
+    result = cli("bench", "engine", "--quick", "--model", str(tmp_path), "--llama-bench", str(tmp_path / "llama-bench"))
     message = re.sub(r"[\s│]+", " ", result.stderr)  # rich wraps it in a box
-    assert result.returncode != 0 and "is not a .gguf file; every engine" in message and "Traceback" not in message
+    assert result.returncode != 0 and "Traceback" not in message
+    assert "is not a .gguf file; llama-bench and pyagent must read the same GGUF" in message

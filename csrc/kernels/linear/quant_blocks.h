@@ -128,11 +128,14 @@ decode_block512(int wtype, const uint8_t *block, __m512 *lo, __m512 *hi)
         /* the 32 codes as bytes (bit 4 added from the word of high bits, the bias subtracted),
          * then each converted and scaled as a signed byte */
         const __m128i packed = _mm_loadu_si128((const __m128i *)codes), low4 = _mm_set1_epi8(0xf);
-        __m256i bytes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
-        bytes = _mm256_sub_epi8(bytes, _mm256_set1_epi8((char)quant_code_bias(wtype)));
-        bytes = _mm256_mask_add_epi8(bytes, (__mmask32)quant_high_bits(wtype, block), bytes, _mm256_set1_epi8(16));
-        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes))), d);
-        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1))), d);
+        const __m128i bias = _mm_set1_epi8((char)quant_code_bias(wtype)), sixteen = _mm_set1_epi8(16);
+        const uint32_t high = quant_high_bits(wtype, block);
+        __m128i low = _mm_sub_epi8(_mm_and_si128(packed, low4), bias);
+        __m128i upper = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), bias);
+        low = _mm_mask_add_epi8(low, (__mmask16)high, low, sixteen);
+        upper = _mm_mask_add_epi8(upper, (__mmask16)(high >> 16), upper, sixteen);
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(low)), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(upper)), d);
         if (quant_has_min(wtype)) {
             const __m512 m = _mm512_set1_ps(load_f32(block + 4));
             *lo = _mm512_add_ps(*lo, m);

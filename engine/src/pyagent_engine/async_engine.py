@@ -11,8 +11,8 @@ same LLM (``generate`` from another thread) keep working.
 Limits: at most ``max_waiting`` requests wait to start and ``max_concurrent`` are in the engine at
 once; more raise :class:`EngineOverloadedError`. A generation whose reader stops (a client that
 disconnects cancels it), or that runs past its timeout, is aborted at once and its KV blocks go back
-to the pool before the next step. :meth:`AsyncEngine.shutdown` refuses new work, lets the running
-requests finish within a grace period and aborts the rest.
+to the pool before the next step. :meth:`AsyncEngine.drain` (on SIGTERM) and :meth:`AsyncEngine.shutdown`
+refuse new work, let the running requests finish within a grace period and abort the rest.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 
 import attrs
 
-from pyagent_core.errors import PyagentError
+from pyagent_core.errors import PyagentError, RequestError
 from pyagent_engine.engine import Engine
 from pyagent_engine.llm import LLM
 from pyagent_engine.params import SamplingParams
@@ -148,10 +148,14 @@ class AsyncEngine:
         Raises:
             EngineOverloadedError: the engine is shutting down, the waiting queue is full, or the cap
                 on requests in the engine is reached.
-            RequestError: a request cannot run (bad parameters, a prompt too long...); none of the
-                submitted requests is kept.
+            RequestError: more requests than the waiting queue or the cap could ever hold, or a
+                request cannot run (bad parameters, a prompt too long...); none of them is kept.
         """
         count = len(submissions)
+        for limit, what in ((self.max_waiting, "the waiting queue holds"), (self.max_concurrent, "the engine takes")):
+            if limit and count > limit:
+                raise RequestError(f"this call asks for {count} requests (prompts times n) but {what} at most "
+                                   f"{limit}; send fewer at a time")
         if self.draining:
             raise EngineOverloadedError("the server is shutting down and takes no new requests")
         if self._queued + self._load.waiting + count > self.max_waiting:
@@ -171,6 +175,14 @@ class AsyncEngine:
     def abort(self, generation: Generation) -> None:
         """Abort the unfinished requests of ``generation`` before the next step."""
         self._send(lambda: self._close(generation._session))
+
+    def drain(self, grace_s: float) -> None:
+        """Refuse new requests from now on and abort those still in the engine after ``grace_s`` seconds;
+        their readers get final outputs with ``finish_reason == "abort"``. Safe to call from a signal
+        handler on the event loop's thread."""
+        self.draining = True
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.call_later, grace_s, self._send, self._abort_all)
 
     async def shutdown(self, grace_s: float) -> None:
         """Refuse new requests, wait up to ``grace_s`` seconds for those in the engine, abort the rest,
@@ -221,6 +233,14 @@ class AsyncEngine:
         generation = Generation(self, session, request_ids, self.timeout_s)
         self._active[session] = generation
         self._call(done.set_result, generation)
+
+    def _abort_all(self) -> None:
+        for session, generation in self._active.items():
+            session.abort()
+            self._deliver(session, generation)
+        self._active.clear()
+        with self.llm.shared.locked() as engine:
+            self._measure(engine)
 
     def _close(self, session: Session) -> None:
         self._active.pop(session, None)

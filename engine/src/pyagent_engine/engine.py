@@ -19,7 +19,6 @@ import attrs
 import torch
 
 from pyagent_core.errors import ConfigError, RequestError
-from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
@@ -29,7 +28,7 @@ from pyagent_engine.attention_choice import build_attention
 from pyagent_engine.isolation import describe, run_isolated
 from pyagent_engine.logprob_scoring import LogprobRecorder, recorder_for, token_logprobs
 from pyagent_engine.logprobs import LOGPROBS_MODES, TokenLogprob
-from pyagent_engine.models.llama import allocate_kv_caches
+from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.output import TextTracker
 from pyagent_engine.params import SamplingParams
@@ -138,9 +137,9 @@ class Engine:
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
         model_config = loaded.config
-        attention_context = AttentionContext(
-            num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
-            scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype))
+        attention_context = loaded.model.attention_context(model_config, self.config.block_size,
+                                                           _dtype_name(loaded.dtype))
+        self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
@@ -191,6 +190,12 @@ class Engine:
             problems.append(f"head size {cfg.head_dim}")
         if spec.block_sizes and self.config.block_size not in spec.block_sizes:
             problems.append(f"block size {self.config.block_size}")
+        context = self.attention_context
+        windows = sorted({w for w in context.sliding_windows if w is not None})
+        if windows and not spec.sliding_window:
+            problems.append(f"sliding-window attention (the model's window: {', '.join(map(str, windows))})")
+        if context.logits_soft_cap is not None and not spec.logits_soft_cap:
+            problems.append(f"attention logit soft-capping (the model caps scores at {context.logits_soft_cap})")
         return "it does not support " + "; ".join(problems) if problems else None
 
     @property

@@ -27,10 +27,12 @@ def _score(logits: torch.Tensor, token_ids: Sequence[int], ks: Sequence[int]) ->
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     chosen = logprobs.gather(1, torch.tensor(token_ids, dtype=torch.long).unsqueeze(1))
     ranks = ((logprobs > chosen).sum(dim=1) + 1).tolist()
-    widest = max(ks, default=0)
+    vocab = logprobs.shape[1]
+    widest = min(max(ks, default=0), vocab)
     values, indices = logprobs.topk(widest, dim=1) if widest else (None, None)
     records = []
-    for row, (token, k) in enumerate(zip(token_ids, ks, strict=True)):
+    for row, (token, wanted) in enumerate(zip(token_ids, ks, strict=True)):
+        k = min(wanted, vocab)  # a vocabulary smaller than k has only so many alternatives
         top: tuple[tuple[int, float], ...] = ()
         if k and values is not None and indices is not None:
             top = _top(logprobs[row], values[row, :k], indices[row, :k], k)

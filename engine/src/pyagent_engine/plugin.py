@@ -39,6 +39,14 @@ def kernels_check() -> DoctorCheck:
 
 
 @hookimpl
+def pyagent_check_model(path: str) -> list[DoctorCheck]:
+    """Whether the model at ``path`` can run: file, architecture served, block types, tokenizer, template."""
+    from pyagent_engine.models.diagnosis import diagnose_model
+
+    return diagnose_model(path)
+
+
+@hookimpl
 def pyagent_doctor_checks() -> list[DoctorCheck]:
     """The C kernels and the embedded model."""
     from pyagent_engine.models.embedded import EMBEDDED_DIST, find_embedded_gguf

@@ -143,6 +143,12 @@ class Session:
         """True once every request added through this session has finished (or none was added)."""
         return not self._unfinished
 
+    def abort(self) -> None:
+        """Abort this session's unfinished requests now; their final outputs (``finish_reason == "abort"``)
+        join its queue, for :meth:`ready` (:meth:`close` aborts without outputs)."""
+        with self.shared.locked() as engine:
+            self.shared._deliver([engine.abort(r) for r in self._unfinished.values() if not r.finished])
+
     def close(self) -> None:
         """Abort this session's unfinished requests (their blocks go back to the pool)."""
         if self._unfinished:

@@ -187,6 +187,21 @@ def test_processed_follows_a_logit_bias_and_greedy_ranks_first(llm: LLM, hf_mode
         check_record(b, biased_rows[len(ids) - 1 + i], 4)
 
 
+def test_processed_greedy_logprobs_do_not_depend_on_the_batch(llm: LLM, prompt_ids: list[list[int]]) -> None:
+    """A greedy request with top_k=2 on the chain top_k,temperature: alone (an all-greedy batch, where
+    choosing the token needs no processor) and beside a sampled request, its processed logprobs are
+    after top-k."""
+    engine = Engine(llm.loaded, samplers="top_k,temperature",
+                    config=EngineConfig(kv_cache_gib=KV_GIB, logprobs_mode="processed"))
+    greedy = SamplingParams(temperature=0, top_k=2, max_tokens=3, logprobs=3)
+    (alone,) = run(engine, [prompt_ids[0]], greedy)
+    mixed = run(engine, prompt_ids[:2], [greedy, SamplingParams(temperature=0.8, seed=1, max_tokens=3)])
+    assert alone.output_token_ids == mixed[0].output_token_ids
+    check_same(alone.logprobs, mixed[0].logprobs)
+    for record in alone.logprobs:
+        assert record.rank == 1 and record.top[1][1] > float("-inf") and record.top[2][1] == float("-inf")
+
+
 @pytest.mark.parametrize(("mode", "extra"), [("raw", {}), ("processed", {"logit_bias": {11: -1.0}})],
                          ids=["raw-greedy", "processed-biased"])
 def test_speculation_reports_the_target_models_logprobs(llm: LLM, prompt_ids: list[list[int]], mode: str,
@@ -292,7 +307,7 @@ def test_records_equal_a_brute_force_ranking(rows: list[list[int]], data: st.Dat
     logits[logits == -3] = float("-inf")
     logits[:, 0] = logits[:, 0].clamp(min=0)  # every row keeps a finite logit
     tokens = [data.draw(st.sampled_from([j for j in range(6) if row[j] > -3 or j == 0])) for row in rows]
-    ks = [data.draw(st.integers(0, 6)) for _ in rows]
+    ks = [data.draw(st.integers(0, 8)) for _ in rows]  # up to more than the vocabulary holds
     for row, token, k, record in zip(logits, tokens, ks, token_logprobs(logits, tokens, ks), strict=True):
         exact = torch.log_softmax(row.double(), dim=0).tolist()
         assert record.token_id == token and abs(record.logprob - exact[token]) < 1e-6

@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize
 
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.models.checkpoint import read_checkpoint, write_checkpoint
 from pyagent_engine.models.gguf_file import read_gguf, supported_block_types
-from pyagent_engine.models.llama import allocate_kv_caches
+from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_engine.models.loader import load_model
 from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 
@@ -117,10 +118,23 @@ def test_every_block_type_loads_kept_in_blocks_or_dequantized(mixed_gguf: Path) 
     checkpoint = read_gguf(mixed_gguf)
     down = checkpoint.weights["model.layers.0.mlp.down_proj.weight"]
     assert isinstance(down, QuantizedWeight)
-    from gguf import GGUFReader
-
     stored = next(t for t in GGUFReader(mixed_gguf).tensors if t.name == "blk.0.ffn_down.weight")
     assert torch.equal(down.dequantize(), torch.from_numpy(dequantize(stored.data, Q.Q6_K).reshape(HIDDEN, FFN)))
+
+
+def test_a_conversion_cache_folder_keeps_every_format(mixed_gguf: Path, tmp_path: Path) -> None:
+    """The packed rows of every format round-trip through a checkpoint folder (the conversion cache's)."""
+    checkpoint = read_gguf(mixed_gguf)
+    write_checkpoint(checkpoint, tmp_path, keep_quantized=True)
+    back = read_checkpoint(tmp_path).weights
+    formats = set()
+    for name, weight in checkpoint.weights.items():
+        if isinstance(weight, QuantizedWeight):
+            formats.add(weight.format)
+            again = back[name]
+            assert isinstance(again, QuantizedWeight) and again.format == weight.format
+            assert torch.equal(again.packed, weight.packed)
+    assert formats == set(FORMATS)
 
 
 def test_a_block_type_the_kernel_lacks_names_file_tensor_and_the_supported_ones(tmp_path: Path) -> None:

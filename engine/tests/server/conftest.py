@@ -48,10 +48,11 @@ class Server:
         """GET ``path`` on the server."""
         return httpx2.get(self.url + path, timeout=60, **kwargs)  # type: ignore[arg-type]
 
-    def post(self, path: str, body: object = None, *, key: str | None = API_KEY, **kwargs: object) -> httpx2.Response:
+    def post(self, path: str, body: object = None, *, key: str | None = API_KEY,
+             timeout: float = 120) -> httpx2.Response:
         """POST ``body`` as JSON to ``path``, with the bearer ``key`` (``None``: no header)."""
         headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
-        return httpx2.post(self.url + path, json=body, headers=headers, timeout=120, **kwargs)  # type: ignore[arg-type]
+        return httpx2.post(self.url + path, json=body, headers=headers, timeout=timeout)
 
     def health(self) -> dict[str, object]:
         """The ``/health`` body."""

@@ -1,5 +1,5 @@
-"""A bounded schemathesis pass over the OpenAPI schema the server publishes: no input gets a 5xx; and the
-request timeout, on the same tightly limited server.
+"""A bounded schemathesis pass over the OpenAPI schema the server publishes: no input gets a 5xx but the
+request timeout's 504 (the 2 s limit of this server, on a loaded machine); and that 504 itself.
 
 Localhost only, a few examples per operation. Generated requests keep their random fields, but their
 token counts are capped (``max_tokens`` at most 4, ``n`` at most 2) so each runs in well under a
@@ -55,8 +55,9 @@ def test_no_generated_request_gets_a_server_error(fuzz_server: Server) -> None:
         def no_server_error(case: Any) -> None:
             case.body = _capped(case.path, case.body)
             response = case.call(headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
-            assert response.status_code < 500, (case.method, case.path, case.body, response.status_code,
-                                                response.text)
+            timed_out = response.status_code == 504 and response.json()["error"]["code"] == "timeout"
+            assert response.status_code < 500 or timed_out, (case.method, case.path, case.body,
+                                                             response.status_code, response.text)
 
         no_server_error()
 

@@ -59,6 +59,14 @@ def test_client_that_disconnects_frees_its_blocks_and_the_next_requests_are_unaf
     assert reply.choices[0].text == expected.text
 
 
+def test_non_streamed_request_whose_client_goes_away_is_aborted(server: Server) -> None:
+    total = server.health()["kv_blocks_total"]
+    with contextlib.suppress(httpx2.TimeoutException):  # the client gives up and closes the connection
+        server.post("/v1/completions", LONG, timeout=1.5)
+    wait_for(server, lambda h: h["running"] == 0 and h["waiting"] == 0 and h["kv_blocks_free"] == total,
+             "aborting the request of the client that went away", timeout=10)  # far less than 3000 tokens take
+
+
 def test_reasoning_parser_detected_from_the_template_splits_reasoning(small_server: Server) -> None:
     body = {"messages": [{"role": "user", "content": "Think, then answer: what is red?"}], "temperature": 0,
             "max_tokens": 60, "regex": "[A-Za-z ,.]{5,30}</think>[A-Za-z ,.]{5,30}"}
@@ -109,3 +117,15 @@ def test_sigterm_lets_running_requests_finish_then_exits_cleanly() -> None:
             finishes = [json.loads(e.removeprefix("data: "))["choices"][0]["finish_reason"] for e in events[:-1]]
             assert finishes[-1] == "length" and finishes.count(None) == len(finishes) - 1
         assert "Traceback" not in server.log_text()
+
+
+def test_sigterm_aborts_what_runs_past_the_grace_period() -> None:
+    with running("--shutdown-grace", "1") as server, open_stream(server, LONG) as events:
+        first = next(events)
+        server.process.send_signal(signal.SIGTERM)
+        rest = list(events)  # ends once the grace second is over, well before 3000 tokens
+        assert server.process.wait(60) in (0, -signal.SIGTERM)
+    assert rest[-1] == "data: [DONE]"
+    finishes = [json.loads(e.removeprefix("data: "))["choices"][0]["finish_reason"] for e in [first, *rest[:-1]]]
+    assert finishes[-1] == "abort" and finishes.count(None) == len(finishes) - 1
+    assert "Traceback" not in server.log_text()

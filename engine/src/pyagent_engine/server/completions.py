@@ -45,7 +45,9 @@ def prompts(state: ServerState, body: CompletionRequest) -> list[tuple[list[int]
     if not items:
         raise bad_request("prompt is empty; give a text, a list of texts or token ids", "prompt")
     out = []
-    for item in items:
+    for index, item in enumerate(items):
+        if not item:
+            raise bad_request(f"prompt {index} is empty; give at least one token of text", "prompt")
         if isinstance(item, str):
             out.append((list(state.tokenizer.encode(item)), item))
         else:

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pyagent_core.errors import SpecError
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_engine.params import SamplingParams
 from pyagent_engine.server.errors import bad_request
@@ -42,30 +43,38 @@ def sampler_extras(body: GenerationRequest, defaults: Mapping[str, Any]) -> dict
     return extra
 
 
+def _spec(field: str, **constraint: Any) -> ConstraintSpec:
+    """The constraint of ``field``; a 400 naming it when the constraint is malformed (empty, say)."""
+    try:
+        return ConstraintSpec(**constraint)
+    except SpecError as error:
+        raise bad_request(str(error), field) from None
+
+
 def constraint_of(body: GenerationRequest) -> ConstraintSpec | None:
     """The body's output constraint (``response_format`` or one structured-output extra), ``None`` for free text.
 
     Raises:
-        APIError: several constraints, or a ``json_schema`` response format without a schema.
+        APIError: several constraints, a malformed one, or a ``json_schema`` response format without a schema.
     """
     given: list[tuple[str, ConstraintSpec]] = []
     fmt = body.response_format
     whitespace = body.json_whitespace
     if fmt is not None and fmt.type == "json_object":
-        given.append(("response_format", ConstraintSpec(json_object=True, whitespace=whitespace)))
+        given.append(("response_format", _spec("response_format", json_object=True, whitespace=whitespace)))
     elif fmt is not None and fmt.type == "json_schema":
         if fmt.json_schema is None:
             raise bad_request("response_format of type json_schema needs a json_schema object with a schema",
                               "response_format")
         schema = fmt.json_schema.schema_
-        given.append(("response_format", ConstraintSpec(json_schema=schema if isinstance(schema, dict)
-                                                        else json.dumps(schema), whitespace=whitespace)))
+        given.append(("response_format", _spec("response_format", json_schema=schema if isinstance(schema, dict)
+                                                else json.dumps(schema), whitespace=whitespace)))
     if body.regex is not None:
-        given.append(("regex", ConstraintSpec(regex=body.regex)))
+        given.append(("regex", _spec("regex", regex=body.regex)))
     if body.choice is not None:
-        given.append(("choice", ConstraintSpec(choice=body.choice)))
+        given.append(("choice", _spec("choice", choice=body.choice)))
     if body.grammar is not None:
-        given.append(("grammar", ConstraintSpec(grammar=body.grammar, grammar_dialect=body.grammar_dialect)))
+        given.append(("grammar", _spec("grammar", grammar=body.grammar, grammar_dialect=body.grammar_dialect)))
     if len(given) > 1:
         raise bad_request(f"a request takes one constraint, got {' and '.join(n for n, _ in given)}; keep one",
                           given[1][0])

@@ -36,13 +36,11 @@ def sse(payload: dict[str, Any]) -> str:
 
 
 def output_error(output: RequestOutput) -> APIError:
-    """The API error for a request that ended with ``finish_reason == "error"``.
-
-    Before its first token the request itself could not run (a constraint no backend compiles): a
-    400; later the engine failed on it: a 500.
-    """
+    """The API error for a request that ended with ``finish_reason == "error"``: a 400 when its constraint
+    never compiled (no backend could serve it, or not in time), else a 500 (the engine failed on it)."""
     message = output.error or "the request failed"
-    return APIError(400 if not output.output_token_ids else 500, message)
+    refused = output.structured is not None and output.structured.backend is None
+    return APIError(400 if refused else 500, message)
 
 
 def event_stream(events: AsyncGenerator[str, None]) -> StreamingResponse:

@@ -5,7 +5,9 @@ with ``ignore_eos`` so every request makes exactly ``max_tokens`` tokens:
 
 - adapter overhead: decode time per step of a batch in vLLM without the adapter (its entry points
   not loaded), with the adapter idle (its processors built, no request setting a parameter) and
-  with requests that set DRY and no-repeat-ngram parameters (the processors run each step);
+  with requests that set DRY and no-repeat-ngram parameters (the processors run each step); and
+  the hosted chain's own cost per step, timed alone on random logits (a figure that the host's
+  load moves far less than whole vLLM steps);
 - engines: wall time and tokens/s of vLLM and of pyagent's engine for 1, 8 and 32 concurrent
   requests (offline APIs of both, all requests submitted at once).
 
@@ -102,6 +104,38 @@ def vllm_generate(llm: Any, n: int, max_tokens: int, extra: dict[str, Any] | Non
     return sum(len(o.outputs[0].token_ids) for o in llm.generate([PROMPT] * n, params, use_tqdm=False))
 
 
+def chain_cost(batch: int, steps: int, vocab: int = 49152) -> dict[str, float]:
+    """Milliseconds per step of the adapter's non-argmax-invariant host alone (the default hosted set,
+    :data:`ACTIVE` set on every row): ``update_state`` and ``apply`` on ``[batch, vocab]`` logits, as vLLM
+    calls them, with each row's output growing by one token per step. Idle: the same with no
+    parameter set."""
+    from types import SimpleNamespace
+
+    from pyagent_core.registry import get_registry
+    from pyagent_vllm.chain import HostedChain
+    from pyagent_vllm.inventory import hosted_order, split_by_invariance
+
+    registry = get_registry()
+    names = split_by_invariance(registry, hosted_order(registry), False)
+    result = {}
+    for label, extra in (("idle", {}), ("active", ACTIVE)):
+        chain = HostedChain(registry, names, vocab)
+        outputs: list[list[int]] = [[] for _ in range(batch)]
+        params = SimpleNamespace(extra_args=extra, seed=None, all_stop_token_ids={2})
+        added = [(i, params, list(range(100 + i, 120 + i)), outputs[i]) for i in range(batch)]
+        chain.update_state(SimpleNamespace(batch_size=batch, removed=[], added=added, moved=[]))
+        generator = torch.Generator().manual_seed(0)
+        logits = [torch.randn(batch, vocab, generator=generator) for _ in range(steps)]
+        start = time.perf_counter()
+        for step in range(steps):
+            chain.update_state(None)
+            chosen = chain.apply(logits[step]).argmax(dim=1).tolist()
+            for row, token in zip(outputs, chosen, strict=True):
+                row.append(token)
+        result[f"{label}_ms_per_step"] = round(1000 * (time.perf_counter() - start) / steps, 3)
+    return result
+
+
 def run_benchmark(concurrency: tuple[int, ...] = (1, 8, 32), max_tokens: int = 64, overhead_batch: int = 8,
                   model: Path | None = None) -> dict[str, Any]:
     """The whole benchmark (see the module docstring); returns the report."""
@@ -122,5 +156,6 @@ def run_benchmark(concurrency: tuple[int, ...] = (1, 8, 32), max_tokens: int = 6
         for row in overhead.values():
             row["ms_per_step"] = round(1000 * row["wall_s"] / max_tokens, 2)
         report["adapter_overhead"] = {"batch": overhead_batch, **overhead}
+        report["hosted_chain_alone"] = {"batch": overhead_batch, **chain_cost(overhead_batch, max_tokens)}
         report["load_average_after"] = os.getloadavg()
     return report

@@ -74,6 +74,9 @@ def bench(out: Annotated[Path | None, typer.Option(help="Write the results as JS
             for engine in ("pyagent", "vllm") for n, r in report[engine].items()]
     rows += [(f"vllm {name} (batch {report['adapter_overhead']['batch']})", r["wall_s"], r["tokens_per_s"],
               r["torch_threads"]) for name, r in report["adapter_overhead"].items() if name != "batch"]
+    chain = report["hosted_chain_alone"]
+    rows += [(f"hosted chain alone, {state} (batch {chain['batch']})", "", "", f"{chain[key]} ms/step")
+             for state, key in (("idle", "idle_ms_per_step"), ("active", "active_ms_per_step"))]
     print_table(f"vLLM and pyagent, {max_tokens} greedy tokens per request", ["run", "wall s", "tokens/s",
                                                                                 "torch threads"], rows)
 
