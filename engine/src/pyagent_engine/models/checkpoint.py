@@ -48,7 +48,7 @@ class Checkpoint:
         architecture: the model plugin that serves it.
         config: the model's hyper-parameters.
         weights: Hugging Face parameter name -> tensor (float32 for a GGUF, the stored dtype
-            otherwise), or the :class:`QuantizedWeight` of a GGUF's Q4_0, Q4_1 or Q8_0 matrix.
+            otherwise), or the :class:`QuantizedWeight` of a GGUF's block-quantized matrix.
         tokenizer: the model's tokenizer.
         chat_template: the model's chat template, or ``None`` if it has none.
     """

@@ -2,13 +2,14 @@
 
 The model plugin serving the file's ``general.architecture`` (found through the registry) reads the
 metadata keys (``llama.block_count``, ...) into the config and names the tensors; the tokenizer comes
-from the ``tokenizer.ggml.*`` keys. Matrices stored as Q4_0, Q4_1 or Q8_0 stay in their blocks
-(:class:`~pyagent_kernels.quantized.QuantizedWeight`, which the linear kernel decodes); other tensors
-are dequantized to float32 with the ``gguf`` package. All are renamed to Hugging Face names, and the
-matrices the plugin names in ``gguf_permuted_heads`` are un-permuted: llama.cpp's converter reorders
-the rows of each head of Llama's ``attn_q`` and ``attn_k`` from Hugging Face's ``[first half, second
-half]`` (the pairs rotate-half RoPE rotates) to interleaved pairs ``(2i, 2i+1)``; reading it back
-restores Hugging Face's order.
+from the ``tokenizer.ggml.*`` keys. Matrices stored in a block type of :func:`supported_block_types`
+stay in their blocks (:class:`~pyagent_kernels.quantized.QuantizedWeight`, which the linear kernel
+decodes); float tensors are read as float32, and any other block type is an
+:class:`UnsupportedModelError`. All are renamed to Hugging Face names, and the matrices the plugin
+names in ``gguf_permuted_heads`` are un-permuted: llama.cpp's converter reorders the rows of each head
+of Llama's ``attn_q`` and ``attn_k`` from Hugging Face's ``[first half, second half]`` (the pairs
+rotate-half RoPE rotates) to interleaved pairs ``(2i, 2i+1)``; reading it back restores Hugging
+Face's order.
 """
 
 from __future__ import annotations
@@ -30,15 +31,21 @@ from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.models.checkpoint import Checkpoint, Weight
 from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
 from pyagent_engine.models.tokenizer import Tokenizer
-from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 
 GGUF_MAGIC = b"GGUF"
 
 #: ``progress(done, total, what)``: called as the tensors of a model are converted.
 ProgressCallback = Callable[[int, int, str], None]
 
-_KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
-                   GGMLQuantizationType.Q8_0: "q8_0"}
+_KEPT_QUANTIZED = {GGMLQuantizationType(spec.ggml_type): name for name, spec in FORMATS.items()}
+_FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+
+def supported_block_types() -> tuple[str, ...]:
+    """The GGUF tensor types pyagent reads, by their GGML names: the float types, then the block
+    types the linear kernel decodes (``F32``, ``F16``, ``BF16``, ``Q4_0``, ...)."""
+    return tuple(t.name for t in (*_FLOAT_TYPES, *_KEPT_QUANTIZED))
 
 
 def open_gguf(path: Path) -> GGUFReader:
@@ -92,26 +99,27 @@ def unpermute_rope_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return per_head.swapaxes(1, 2).reshape(weight.shape)
 
 
-def _dequantize(tensor: ReaderTensor, where: str) -> np.ndarray:
-    try:
-        values = dequantize(tensor.data, tensor.tensor_type)
-    except NotImplementedError:
-        raise UnsupportedModelError(
-            f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which the gguf package "
-            "cannot dequantize"
-        ) from None
-    return values.reshape(tuple(reversed(tensor.shape.tolist())))
+def _dequantize(tensor: ReaderTensor) -> np.ndarray:
+    """float32 values of a float tensor or of a supported block type, in the tensor's shape."""
+    return dequantize(tensor.data, tensor.tensor_type).reshape(tuple(reversed(tensor.shape.tolist())))
 
 
 def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
-    """One tensor in Hugging Face layout: kept quantized (a Q4_0/Q4_1/Q8_0 matrix) or as float32."""
+    """One tensor in Hugging Face layout: kept quantized (a matrix of a supported block type) or as
+    float32; :class:`UnsupportedModelError` for another block type."""
     fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    if fmt is None and tensor.tensor_type not in _FLOAT_TYPES:
+        raise UnsupportedModelError(
+            f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, a block type pyagent's "
+            f"linear kernel lacks; supported: {', '.join(supported_block_types())}. Requantize the file to one "
+            "of them (llama.cpp's llama-quantize --allow-requantize, e.g. to Q4_K_M)"
+        )
     if fmt is not None and len(tensor.shape) == 2:
         blocks = tensor.data  # uint8 [rows, bytes per row]
         if rope_heads is not None:
             blocks = unpermute_rope_rows(blocks, rope_heads)
         return QuantizedWeight.from_gguf(torch.from_numpy(np.array(blocks, copy=True)), fmt, int(tensor.shape[0]))
-    values = _dequantize(tensor, where)
+    values = _dequantize(tensor)
     if rope_heads is not None:
         values = unpermute_rope_rows(values, rope_heads)
     # a float32 tensor is a read-only view of the mapped file: copy it out

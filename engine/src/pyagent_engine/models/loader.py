@@ -126,7 +126,7 @@ def load_model(
             load of a file only, when the cache is used).
         use_cache: read and fill the conversion cache (see
             :mod:`pyagent_engine.models.conversion_cache`).
-        quantized: keep a GGUF's Q4_0, Q4_1 and Q8_0 matrices in their blocks, decoded by the
+        quantized: keep a GGUF's block-quantized matrices in their blocks, decoded by the
             linear kernel into the values dequantizing gives (same results, fewer bytes read per
             token); false dequantizes them to ``dtype`` at load.
         registry: where the architecture's model plugin is looked up (default: the installed plugins).

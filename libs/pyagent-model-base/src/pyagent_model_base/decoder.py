@@ -49,7 +49,7 @@ from pyagent_core.interfaces.model import (
 from pyagent_kernels import run_prepared
 from pyagent_kernels.layer_ops import add_rms_norm
 from pyagent_kernels.linear import linear
-from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_kernels.quantized import QuantizedWeight, shared_format
 from pyagent_model_base.layout import DecoderLayout
 from pyagent_model_base.step_plan import REUSED_STEP_TOKENS, LayerWeights, StepPlan, Workspace
 
@@ -254,8 +254,7 @@ class DecoderLM(CausalLM):
         def get(*names: str) -> Weight:
             parts = [weights[name] for name in names]
             quantized = [part for part in parts if isinstance(part, QuantizedWeight)]
-            if (keep_quantized and len(quantized) == len(parts)
-                    and len({(part.format, part.in_features) for part in quantized}) == 1):
+            if keep_quantized and len(quantized) == len(parts) and shared_format(quantized) is not None:
                 return quantized[0] if len(quantized) == 1 else QuantizedWeight.cat(quantized)
             return dense(*names)
 

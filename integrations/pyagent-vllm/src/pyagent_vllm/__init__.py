@@ -1,0 +1,1 @@
+"""pyagent-vllm: pyagent's plugins inside vLLM (see README.md)."""

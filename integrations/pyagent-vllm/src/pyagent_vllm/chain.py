@@ -1,0 +1,100 @@
+"""The pyagent processors one vLLM logits processor hosts, built from the registry. No vLLM import.
+
+Which processors: :func:`pyagent_vllm.inventory.hosted_order`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pyagent_core.errors import RequestError
+from pyagent_core.interfaces.grammar import TokenizerInfo
+from pyagent_core.interfaces.sampler import AddedRequest, LogitsProcessor, SamplerContext
+from pyagent_core.kinds import SAMPLER
+from pyagent_core.registry import Registry
+from pyagent_engine.fused_mask import apply_processors
+from pyagent_vllm.batch import request_params, translate
+from pyagent_vllm.inventory import ORDER_ENV
+
+UNBOUNDED_VOCAB = 2**31 - 1
+"""The vocabulary of the chain that checks parameters where the model's is unknown (vLLM's front
+end): every check but "token id inside the vocabulary" runs there."""
+
+logger = logging.getLogger("pyagent_vllm")
+
+
+class HostedChain:
+    """pyagent logits processors in order, fed vLLM's batch updates and logits.
+
+    Args:
+        registry: where the processors are looked up.
+        names: processor names in chain order.
+        vocab_size: the model's vocabulary (the logits' width).
+        eos_token_ids: the model's end-of-sequence ids.
+        tokenizer_info: the model's tokenizer, for processors whose parameters hold text (DRY's
+            string breakers); ``None``: they take token ids only.
+
+    Raises:
+        SelectionError: an unknown or unavailable processor, or a token selector.
+    """
+
+    def __init__(self, registry: Registry, names: Sequence[str], vocab_size: int, eos_token_ids: Sequence[int] = (),
+                 tokenizer_info: Callable[[], TokenizerInfo] | None = None) -> None:
+        self.names = tuple(names)
+        self.selections = [registry.select(SAMPLER, name) for name in self.names]
+        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]
+        if selectors:
+            raise RequestError(f"{selectors[0]!r} is a token selector; vLLM chooses the token, so name logits "
+                               f"processors only in {ORDER_ENV}")
+        context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
+        self.processors: list[LogitsProcessor] = [registry.load(s.backend)(s.options, context)
+                                                  for s in self.selections]
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`RequestError` (a ``ValueError``) when a hosted processor rejects ``params``:
+        the processors' own per-request checks, with their messages naming the parameter."""
+        added = AddedRequest(0, params, (), [])
+        for processor in self.processors:
+            try:
+                processor.row_state(added)
+            except ValueError as error:
+                raise RequestError(str(error).replace("request at row 0: ", "")) from None
+
+    def _checked(self, update: Any) -> dict[int, dict[str, Any]]:
+        """Each added row's parameters, the pyagent ones dropped (with an error logged) where a
+        processor rejects them here: a token id outside the vocabulary is the one check the front
+        end cannot make, and one request must not stop the engine."""
+        checked = {}
+        for index, sampling_params, _prompt, _output in update.added:
+            params = request_params(sampling_params)
+            try:
+                self.check(params)
+            except RequestError as error:
+                logger.error("pyagent processors %s skip a request: %s", ",".join(self.names), error)
+                params = {key: params[key] for key in ("seed", "eos_token_ids")}
+            checked[index] = params
+        return checked
+
+    def update_state(self, update: Any) -> None:
+        """Apply vLLM's batch update (``None``: only new tokens) to every processor."""
+        if not self.processors:
+            return
+        translated = translate(update, None if update is None else self._checked(update))
+        for processor in self.processors:
+            processor.update_state(translated)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Run the processors that would change some row on ``logits [rows, vocab]`` (float32, as
+        vLLM's sampler gives them); returns the processed logits (in place where possible)."""
+        active = [p for p in self.processors if not p.leaves_batch_unchanged()]
+        if not active:
+            return logits
+        work = logits if logits.device.type == "cpu" else logits.cpu()
+        out = apply_processors(active, work)
+        if out.device != logits.device:
+            return logits.copy_(out)
+        return out

@@ -1,0 +1,29 @@
+"""`pyagent vllm list` works without vLLM and without importing torch or vLLM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from pyagent_core.cli import full_app
+
+
+def test_list_json_names_what_the_adapter_registers() -> None:
+    result = CliRunner().invoke(full_app(), ["vllm", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    hosted = report["logits_processors"]
+    assert "dry" in hosted["pyagent_vllm.samplers:PyagentLogitsProcessors"]
+    assert "mirostat" in hosted["pyagent_vllm.samplers:PyagentArgmaxInvariantProcessors"]
+    assert report["proposers"]["ngram"] == "pyagent_vllm.proposers.NgramProposer"
+
+
+def test_listing_imports_neither_torch_nor_vllm() -> None:
+    code = ("import sys; from pyagent_core.registry import get_registry; from pyagent_vllm.inventory import inventory; "
+            "inventory(get_registry()); import pyagent_vllm.plugin; "
+            "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
