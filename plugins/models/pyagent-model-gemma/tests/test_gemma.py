@@ -84,11 +84,14 @@ class TestGemma3(_GemmaKit):
         assert context.scale == 16**-0.5 and context.logits_soft_cap is None
 
 
-class TestGemma2Checkpoint(CheckpointConformance):
+class _GemmaCheckpoint(CheckpointConformance):
+    gguf_norm_offset = 1.0  # llama.cpp's converter stores norms as 1 + w
+    logits_atol = 5e-4
+
+
+class TestGemma2Checkpoint(_GemmaCheckpoint):
     model_type = "gemma2"
     gguf_arch = "gemma2"
-    gguf_norm_offset = 1.0
-    logits_atol = 5e-4
     config: ClassVar[dict[str, Any]] = {**GEMMA2_TINY, "tie_word_embeddings": True}
 
     # windows through the engine: the greedy tokens stay transformers' with chunked prefill, prefix-cache
@@ -120,11 +123,9 @@ class TestGemma2Checkpoint(CheckpointConformance):
         assert llm.engine.speculative is not None and llm.engine.speculative.stats.num_draft_tokens > 0
 
 
-class TestGemma3Checkpoint(CheckpointConformance):
+class TestGemma3Checkpoint(_GemmaCheckpoint):
     model_type = "gemma3_text"
     gguf_arch = "gemma3"
-    gguf_norm_offset = 1.0
-    logits_atol = 5e-4
     config: ClassVar[dict[str, Any]] = {**GEMMA3_TINY, "tie_word_embeddings": True}
 
 
