@@ -4,6 +4,7 @@ llama.cpp's converter writes them). Every prompt is longer than the sliding wind
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
@@ -11,6 +12,11 @@ import pytest
 
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.testing.model import ModelConformance, transformers_logits
+from pyagent_engine.engine import EngineConfig
+from pyagent_engine.llm import LLM
+from pyagent_engine.params import SamplingParams
+from pyagent_engine.request import RequestOutput
+from pyagent_engine.speculative import SpeculativeConfig
 from pyagent_engine.testing.checkpoints import CheckpointConformance
 from pyagent_model_gemma.model import Gemma2, Gemma3
 from pyagent_model_gemma.plugin import GEMMA2, GEMMA3
@@ -78,19 +84,48 @@ class TestGemma3(_GemmaKit):
         assert context.scale == 16**-0.5 and context.logits_soft_cap is None
 
 
-class TestGemma2Checkpoint(CheckpointConformance):
+class _GemmaCheckpoint(CheckpointConformance):
+    gguf_norm_offset = 1.0  # llama.cpp's converter stores norms as 1 + w
+    logits_atol = 5e-4
+
+
+class TestGemma2Checkpoint(_GemmaCheckpoint):
     model_type = "gemma2"
     gguf_arch = "gemma2"
-    gguf_norm_offset = 1.0
-    logits_atol = 5e-4
     config: ClassVar[dict[str, Any]] = {**GEMMA2_TINY, "tie_word_embeddings": True}
 
+    # windows through the engine: the greedy tokens stay transformers' with chunked prefill, prefix-cache
+    # hits and n-gram speculation (the prompt and the tokens run far past the window of 6)
 
-class TestGemma3Checkpoint(CheckpointConformance):
+    def run(self, checkpoint: Path, prompt_ids: list[int], passes: int = 1,
+            **kwargs: Any) -> tuple[RequestOutput, LLM]:
+        """The last of ``passes`` greedy runs of ``prompt_ids`` on one engine, and the engine."""
+        llm = LLM(str(checkpoint), **kwargs)
+        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+        for _ in range(passes):
+            [output] = llm.generate([list(prompt_ids)], params)
+        return output, llm
+
+    def test_prefix_cache_hits_and_chunks_keep_the_tokens(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                                          hf_greedy: list[int]) -> None:
+        config = EngineConfig(kv_cache_gib=0.01, block_size=4, prefix_caching=True, max_num_seqs=2,
+                              max_num_batched_tokens=5)
+        output, _ = self.run(checkpoint_dir, prompt_ids, passes=2, config=config)
+        assert list(output.output_token_ids) == hf_greedy
+        assert output.num_cached_tokens >= 8  # the second pass found the first's blocks
+
+    def test_ngram_speculation_keeps_the_tokens(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                                hf_greedy: list[int]) -> None:
+        output, llm = self.run(checkpoint_dir, prompt_ids, config=EngineConfig(kv_cache_gib=0.01),
+                               speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4,
+                                                             options={"min_n": 1}))
+        assert list(output.output_token_ids) == hf_greedy
+        assert llm.engine.speculative is not None and llm.engine.speculative.stats.num_draft_tokens > 0
+
+
+class TestGemma3Checkpoint(_GemmaCheckpoint):
     model_type = "gemma3_text"
     gguf_arch = "gemma3"
-    gguf_norm_offset = 1.0
-    logits_atol = 5e-4
     config: ClassVar[dict[str, Any]] = {**GEMMA3_TINY, "tie_word_embeddings": True}
 
 
