@@ -72,7 +72,7 @@ class NoBackendError(SelectionError):
             return
         detail = f"installed but unavailable: {reasons}" if reasons else "none is installed"
         super().__init__(f"no {kind} backend is available ({detail}); install a plugin of this kind, "
-                         "see `pyagent list` and the README's backend matrix")
+                         "see `pyagent list` and the backend matrix in docs/backends.md")
 
 
 class AmbiguousBackendError(SelectionError):

@@ -24,6 +24,7 @@ from pyagent_core.types import (
     AttentionSpec,
     EvictionSpec,
     GrammarSpec,
+    ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
@@ -108,6 +109,18 @@ def pyagent_register_schedulers(register: Callable[[SchedulerSpec], None]) -> No
 
     Args:
         register: call once per policy with a :class:`~pyagent_core.types.SchedulerSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_models(register: Callable[[ModelSpec], None]) -> None:
+    """Register model architectures (the decoders checkpoints and GGUF files run on).
+
+    Args:
+        register: call once per architecture with a :class:`~pyagent_core.types.ModelSpec`.
 
     Returns:
         Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
@@ -224,6 +237,21 @@ def pyagent_register_commands(app: typer.Typer) -> None:
     Returns:
         Nothing. Not ``firstresult``. Keep the hook's module light: it runs on every CLI start.
     """
+
+
+@hookspec
+def pyagent_check_model(path: str) -> list[DoctorCheck]:
+    """Say whether the model at ``path`` can run here, for ``pyagent doctor --model PATH``.
+
+    Args:
+        path: the model file or folder the user named.
+
+    Returns:
+        :class:`~pyagent_core.records.DoctorCheck` rows, one per question (architecture served, block
+        types, tokenizer...); a row with ``ok`` false says what cannot run and why. Not
+        ``firstresult``: every plugin's rows are shown. It may import what reading the model takes.
+    """
+    raise NotImplementedError  # a specification: plugins implement it
 
 
 @hookspec

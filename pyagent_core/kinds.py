@@ -18,6 +18,7 @@ from pyagent_core.types import (
     BackendSpec,
     EvictionSpec,
     GrammarSpec,
+    ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
@@ -62,6 +63,8 @@ EVICTION = Kind("eviction", "KV-cache eviction policy", "pyagent_register_evicti
                 "plugins/kvcache", "pyagent_core.interfaces.eviction:EvictionPolicy")
 SCHEDULER = Kind("scheduler", "scheduling policy", "pyagent_register_schedulers", SchedulerSpec,
                  "plugins/schedulers", "pyagent_core.interfaces.scheduler:SchedulingPolicy")
+MODEL = Kind("model", "model architecture", "pyagent_register_models", ModelSpec,
+             "plugins/models", "pyagent_core.interfaces.model:CausalLM")
 TOOL_PARSER = Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers", ToolParserSpec,
                    "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser")
 REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
@@ -69,7 +72,8 @@ REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_registe
                         "pyagent_core.interfaces.reasoning_parser:ReasoningParser")
 
 KINDS: dict[str, Kind[Any]] = {
-    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, TOOL_PARSER, REASONING_PARSER)
+    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,
+                        REASONING_PARSER)
 }
 
 _ALIASES = {
@@ -77,6 +81,7 @@ _ALIASES = {
     "structured_output": "grammar", "proposers": "proposer", "spec_decode": "proposer",
     "kvcache": "eviction", "eviction_policy": "eviction", "tool_parsers": "tool_parser",
     "reasoning_parsers": "reasoning_parser", "reasoning": "reasoning_parser",
+    "models": "model", "architecture": "model", "architectures": "model",
     "schedulers": "scheduler", "scheduling": "scheduler", "scheduling_policy": "scheduler",
 }
 

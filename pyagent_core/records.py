@@ -24,6 +24,10 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def _floats(value: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in value)
+
+
 @attrs.frozen(kw_only=True)
 class EngineInfo:
     """What an engine runs: its model, its sizes and the backend chosen for each kind.
@@ -67,7 +71,10 @@ class RequestInfo:
         output_token_ids: the tokens generated so far (all of them when the request finished).
         params: the request's sampling parameters by name (``max_tokens``, ``temperature``, ``top_k``...).
         arrival_time: when the request entered the engine.
+        scheduled_time: when it left the waiting queue for the first time (its queue time ends), or ``None``.
         first_token_time: when its first output token was appended, or ``None``.
+        token_times: when each output token was appended, one per token of ``output_token_ids``
+            (tokens appended in one step, such as an accepted speculative draft, share a time).
         finish_time: when it finished, or ``None`` while it runs.
         num_cached_tokens: prompt tokens served from the prefix cache instead of being computed.
         num_preemptions: how often it was preempted and recomputed.
@@ -80,7 +87,9 @@ class RequestInfo:
     output_token_ids: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
     arrival_time: float = 0.0
+    scheduled_time: float | None = None
     first_token_time: float | None = None
+    token_times: tuple[float, ...] = attrs.field(default=(), converter=_floats)
     finish_time: float | None = None
     num_cached_tokens: int = 0
     num_preemptions: int = 0
@@ -98,6 +107,11 @@ class StepStats:
         num_decode_tokens: requests that decoded one token.
         num_running: requests running after the step.
         num_waiting: requests waiting after the step.
+        num_prompt_tokens: prompt tokens of the requests that got their first output token this step
+            (each whole prompt, cached part included; counted once per request, never again after a
+            preemption).
+        num_generation_tokens: output tokens appended to requests this step (sampled, accepted draft and
+            grammar-forced tokens).
         num_preempted: requests preempted to make room this step.
         kv_blocks_free: KV blocks free after the step.
         kv_blocks_total: KV blocks in all.
@@ -125,6 +139,8 @@ class StepStats:
     kv_blocks_free: int
     kv_blocks_total: int
     num_cached_tokens: int = 0
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
     kv_blocks_cached: int = 0
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0

@@ -85,7 +85,20 @@ class BackendSpec:
 
 @attrs.frozen(kw_only=True)
 class AttentionSpec(BackendSpec):
-    """An attention backend over the paged KV cache."""
+    """An attention backend over the paged KV cache.
+
+    Attributes:
+        dtypes: the torch dtype names it attends in.
+        head_sizes: the head sizes it handles (empty: any).
+        block_sizes: the cache block sizes it handles (empty: any).
+        prefill: it handles several new tokens per sequence (prefill, chunked prefill).
+        decode: it handles one new token per sequence.
+        tree_mask: it honours ``AttentionMetadata.tree_mask`` (draft-tree verification).
+        sliding_window: it honours ``AttentionContext.sliding_windows``; the engine refuses it for a
+            model with a windowed layer otherwise.
+        logits_soft_cap: it honours ``AttentionContext.logits_soft_cap``; the engine refuses it for
+            a model that caps its attention scores otherwise.
+    """
 
     kind: ClassVar[str] = "attention"
 
@@ -96,6 +109,7 @@ class AttentionSpec(BackendSpec):
     decode: bool = True
     tree_mask: bool = False
     sliding_window: bool = False
+    logits_soft_cap: bool = False
 
 
 SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "final")
@@ -235,6 +249,31 @@ class SchedulerSpec(BackendSpec):
     kind: ClassVar[str] = "scheduler"
 
     uses_cached_prefix: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec(BackendSpec):
+    """A model architecture: the decoder a checkpoint or GGUF file of these architectures runs on.
+
+    Attributes:
+        architectures: the names a Hugging Face ``config.json`` lists under ``architectures``
+            (``"LlamaForCausalLM"``).
+        gguf_architectures: the ``general.architecture`` values of GGUF files it reads (``"llama"``).
+    """
+
+    kind: ClassVar[str] = "model"
+
+    architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    gguf_architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.architectures or self.gguf_architectures):
+            raise SpecError(f"model {self.name!r} names no architecture; set architectures (config.json names "
+                            "such as 'LlamaForCausalLM') and/or gguf_architectures (such as 'llama')")
+
+    def serves(self, *, hf: Iterable[str] = (), gguf: str | None = None) -> bool:
+        """Whether it serves one of the ``config.json`` architecture names ``hf`` or the GGUF ``gguf``."""
+        return bool(set(hf) & set(self.architectures)) or (gguf is not None and gguf in self.gguf_architectures)
 
 
 @attrs.frozen(kw_only=True)

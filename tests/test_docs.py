@@ -102,7 +102,7 @@ def test_cli_reference_has_a_section_per_command_naming_each_of_its_flags():
         start = sections[command]
         following = [end for end in sections.values() if end > start]
         section = text[start:min(following, default=len(text))]
-        if command in ("pyagent generate", "pyagent chat"):  # they share the sampler flags' table
+        if command in ("pyagent generate", "pyagent chat", "pyagent serve"):  # they share the sampler flags' table
             section += text[text.index("### Sampler flags of generate and chat"):]
         undocumented = [flag for flag in flags if f"`{flag}" not in section]
         assert not undocumented, f"docs/cli.md does not document {undocumented} under `{command}`"

@@ -11,6 +11,7 @@ from pyagent_core import (
     AttentionSpec,
     EvictionSpec,
     GrammarSpec,
+    ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
     SamplerSpec,
@@ -28,6 +29,7 @@ RECORDS = {
     "pyagent_register_proposers": ProposerSpec(name="p", impl="m:P"),
     "pyagent_register_eviction_policies": EvictionSpec(name="e", impl="m:E"),
     "pyagent_register_schedulers": SchedulerSpec(name="q", impl="m:Q"),
+    "pyagent_register_models": ModelSpec(name="m", impl="m:M", gguf_architectures=("m",)),
     "pyagent_register_tool_parsers": ToolParserSpec(name="t", impl="m:T"),
     "pyagent_register_reasoning_parsers": ReasoningParserSpec(name="r", impl="m:R"),
 }

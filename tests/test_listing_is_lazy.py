@@ -19,7 +19,7 @@ except SystemExit:
 from pyagent_core.registry import get_registry
 registry = get_registry()
 impls = {b.spec.impl.partition(":")[0] for k in ("attention", "sampler", "grammar", "proposer",
-         "eviction", "scheduler", "tool_parser", "reasoning_parser") for b in registry.backends(k)}
+         "eviction", "scheduler", "model", "tool_parser", "reasoning_parser") for b in registry.backends(k)}
 sys.stderr.write("\\nPROBE" + json.dumps({
     "torch": "torch" in sys.modules,
     "impl_count": len(impls),

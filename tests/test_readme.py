@@ -1,4 +1,4 @@
-"""The README stays true: its backend matrix is the one the installed specs generate."""
+"""The README and docs stay true: the backend matrix (docs/backends.md) is the one the installed specs generate."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+MATRIX = README.parent / "docs" / "backends.md"
 
 
 def test_backend_matrix_matches_registered_specs(cli, tmp_path):
-    text = README.read_text(encoding="utf-8")
+    text = MATRIX.read_text(encoding="utf-8")
     match = re.search(r"<!-- matrix:start -->\n(.*?)<!-- matrix:end -->", text, re.S)
-    assert match, "README.md lost its matrix markers"
+    assert match, "docs/backends.md lost its matrix markers"
     generated = cli("list", "--markdown", cwd=tmp_path).stdout
     assert match.group(1) == generated, (
-        "README backend matrix is stale: replace the lines between the matrix markers with the "
+        "docs/backends.md's backend matrix is stale: replace the lines between the matrix markers with the "
         "output of `.venv/bin/pyagent list --markdown`"
     )
 

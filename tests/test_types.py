@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from pyagent_core import GrammarSpec, OptionSpec, SamplerSpec
+from pyagent_core import GrammarSpec, ModelSpec, OptionSpec, SamplerSpec
 from pyagent_core.errors import SpecError, UnknownKindError
 from pyagent_core.kinds import KINDS, get_kind
 
@@ -51,7 +51,7 @@ def test_every_kind_has_a_record_and_hook():
 
 @pytest.mark.parametrize(("alias", "kind"), [("samplers", "sampler"), ("tool-parser", "tool_parser"),
                                              ("KVCACHE", "eviction"), ("spec_decode", "proposer"),
-                                             ("scheduling", "scheduler")])
+                                             ("scheduling", "scheduler"), ("models", "model")])
 def test_kind_aliases(alias, kind):
     assert get_kind(alias).name == kind
 
@@ -59,3 +59,12 @@ def test_kind_aliases(alias, kind):
 def test_unknown_kind_lists_the_kinds():
     with pytest.raises(UnknownKindError, match="unknown component kind 'sampeler'; choose one of: attention"):
         get_kind("sampeler")
+
+
+def test_model_spec_names_an_architecture_and_says_what_it_serves():
+    with pytest.raises(SpecError, match="model 'm' names no architecture"):
+        ModelSpec(name="m", impl="a:B")
+    spec = ModelSpec(name="qwen2", impl="a:B", architectures="Qwen2ForCausalLM", gguf_architectures="qwen2")
+    assert spec.architectures == ("Qwen2ForCausalLM",)
+    assert spec.serves(hf=["Qwen2ForCausalLM"]) and spec.serves(gguf="qwen2")
+    assert not spec.serves(hf=["LlamaForCausalLM"], gguf="llama")

@@ -1,9 +1,11 @@
-"""paged_attention: C kernel (every ISA variant) and torch fallback vs the conformance kit's reference."""
+"""paged_attention: C kernel (every ISA variant) and torch fallback vs the conformance kit's reference,
+also with sliding windows (the kit's position-by-position mask) and capped scores."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 import torch
 
@@ -30,9 +32,14 @@ def run(batch: Batch, backend: Backend, **kwargs: Any) -> tuple[torch.Tensor, to
     out = paged_attention(
         batch.q, batch.k, batch.v, cache, block_tables=md.block_tables, slot_mapping=md.slot_mapping,
         seq_lens=md.seq_lens, query_start_loc=md.query_start_loc, scale=batch.scale,
-        tree_mask=md.tree_mask, backend=backend, **kwargs,
+        tree_mask=md.tree_mask, window=batch.window, soft_cap=batch.soft_cap, backend=backend, **kwargs,
     )
     return out, cache
+
+
+def windowed(batch: Batch, window: int | None, soft_cap: float | None = None) -> Batch:
+    """``batch`` attended with ``window`` (one layer) and ``soft_cap``."""
+    return attrs.evolve(batch, sliding_windows=(window,), soft_cap=soft_cap)
 
 
 def check_against_reference(batch: Batch, backend: Backend, **kwargs: Any) -> None:
@@ -55,6 +62,16 @@ def test_matches_reference(backend: Backend, shape: str, dtype: torch.dtype, tre
 
 
 @needs_c
+@pytest.mark.parametrize(("window", "soft_cap"), [(None, None), (50, 20.0)])
+def test_threads_give_the_same_bits(window: int | None, soft_cap: float | None) -> None:
+    batch = windowed(make_batch(Shape((700, 300, 5), (1, 90, 1)), block_size=16, num_heads=8, num_kv_heads=2,
+                                head_size=64, dtype=torch.float32, seed=3), window, soft_cap)
+    one, _ = run(batch, "c", threads=1)
+    four, _ = run(batch, "c", threads=4)
+    assert torch.equal(one, four)
+
+
+@needs_c
 @pytest.mark.parametrize("head_size", [64, 40, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_isa_matches_reference(c_isa: str, head_size: int, dtype: torch.dtype) -> None:
@@ -63,13 +80,49 @@ def test_every_isa_matches_reference(c_isa: str, head_size: int, dtype: torch.dt
     check_against_reference(batch, "c")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("shape", "window"), [("decode", 6), ("prefill", 1), ("chunked", 6), ("long", 21),
+                                               ("long", 1)])
+@pytest.mark.parametrize("tree", [False, True])
+def test_sliding_window_matches_reference(backend: Backend, shape: str, window: int, tree: bool) -> None:
+    batch = make_batch(SHAPES[shape], block_size=5, num_heads=6, num_kv_heads=2, head_size=32,
+                       dtype=torch.float32, seed=window, tree=tree)
+    check_against_reference(windowed(batch, window), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("dtype", "window"), [(torch.float32, None), (torch.bfloat16, 9)])
+def test_soft_cap_matches_reference(backend: Backend, dtype: torch.dtype, window: int | None) -> None:
+    batch = make_batch(SHAPES["chunked"], block_size=16, num_heads=4, num_kv_heads=4, head_size=64,
+                       dtype=dtype, seed=4, tree=True)
+    batch = attrs.evolve(batch, q=batch.q * 4)  # scores of about N(0, 16): the cap of 2 changes them a lot
+    check_against_reference(windowed(batch, window, soft_cap=2.0), backend)
+
+
 @needs_c
-def test_threads_give_the_same_bits() -> None:
-    batch = make_batch(Shape((700, 300, 5), (1, 90, 1)), block_size=16, num_heads=8, num_kv_heads=2,
-                       head_size=64, dtype=torch.float32, seed=3)
-    one, _ = run(batch, "c", threads=1)
-    four, _ = run(batch, "c", threads=4)
-    assert torch.equal(one, four)
+@pytest.mark.parametrize("head_size", [64, 40])
+def test_every_isa_matches_reference_with_window_and_cap(c_isa: str, head_size: int) -> None:
+    for tree in (False, True):
+        batch = make_batch(SHAPES["long"], block_size=16, num_heads=9, num_kv_heads=3, head_size=head_size,
+                           dtype=torch.float32, seed=head_size, tree=tree)
+        check_against_reference(windowed(batch, 37, soft_cap=1.5), "c")
+
+
+@needs_c
+@pytest.mark.parametrize("window", [None, 1, 13, 40])
+def test_a_token_gets_the_same_bits_alone_or_in_a_prefill(window: int | None) -> None:
+    """Decoding the last token of a prompt gives the bits its row of the whole prompt's prefill has:
+    every row scores its keys in the same chunks whatever the work item, window or not."""
+    prompt = make_batch(Shape((0,), (70,)), block_size=16, num_heads=4, num_kv_heads=2, head_size=64,
+                        dtype=torch.float32, seed=5)
+    md = prompt.metadata
+    full, cache = run(windowed(prompt, window), "c")
+    last = paged_attention(
+        prompt.q[-1:], prompt.k[-1:], prompt.v[-1:], cache, block_tables=md.block_tables,
+        slot_mapping=md.slot_mapping[-1:], seq_lens=md.seq_lens,
+        query_start_loc=torch.tensor([0, 1], dtype=torch.int32), scale=prompt.scale, window=window, backend="c",
+    )
+    assert torch.equal(last[0], full[-1])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -144,6 +197,10 @@ def test_bad_metadata_raises_before_writing(backend: Backend, case: str) -> None
         ("slot dtype", {"slot_mapping": "int"}, "slot_mapping has dtype"),
         ("tree rows", {"tree_mask": "one_row"}, "tree_mask has shape"),
         ("scale", {"scale": float("nan")}, "scale"),
+        ("window", {"window": 0}, "window=0 must be a positive int"),
+        ("window type", {"window": 2.5}, "window=2.5 must be a positive int"),
+        ("soft_cap", {"soft_cap": -1.0}, "soft_cap=-1.0 must be a positive finite number"),
+        ("soft_cap inf", {"soft_cap": float("inf")}, "soft_cap=inf must be"),
         ("threads", {"threads": 0}, "threads"),
         ("backend", {"backend": "cuda"}, "backend"),
     ],

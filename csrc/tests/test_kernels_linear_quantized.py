@@ -1,7 +1,7 @@
 """linear with block-quantized weights: QuantizedWeight's values against the gguf package's own
-dequantization, and the C kernel (every ISA variant, register and panel paths, stack and heap
-buffers, any thread count) bit-identical to the dense product with those values and to the generic
-variant."""
+dequantization (every GGUF block format, with normal, subnormal and zero float16 scales), and the C
+kernel (every ISA variant, register and panel paths, stack and heap buffers, any thread count)
+bit-identical to the dense product with those values and to the generic variant."""
 
 from __future__ import annotations
 
@@ -16,24 +16,30 @@ from hypothesis import strategies as st
 import pyagent_kernels
 from pyagent_kernels import KernelArgumentError, run_prepared
 from pyagent_kernels.linear import linear, prepare_linear
-from pyagent_kernels.quantized import FORMATS, QuantizedWeight
+from pyagent_kernels.quantized import FORMATS, QuantizedWeight, shared_format
 
 needs_c = pytest.mark.skipif(not pyagent_kernels.status()["compiled"], reason="pyagent_kernels._C is not built")
-GGML_TYPES = {"q4_0": GGMLQuantizationType.Q4_0, "q4_1": GGMLQuantizationType.Q4_1,
-              "q8_0": GGMLQuantizationType.Q8_0}
+GGML_TYPES = {name: GGMLQuantizationType[name.upper()] for name in FORMATS}
+#: Byte offsets of each GGUF block's float16 fields (scale d, and minimum or dmin).
+HALVES = {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2),
+          "q5_k": (0, 2), "q6_k": (208,)}
+#: The formats whose GGUF blocks are the kernel's layout with wider scales; the K-quants are repacked.
+BLOCK_32 = [fmt for fmt, spec in FORMATS.items() if spec.gguf_weights == 32]
 DTYPES = [torch.float32, torch.bfloat16]
 SUPPORTED_ISAS = pyagent_kernels.status()["isa_supported"]
 
 
 def gguf_blocks(fmt: str, out: int, inner: int, seed: int) -> np.ndarray:
-    """Random GGUF rows of ``fmt``: random codes, and finite float16 scales (normal and subnormal,
-    of either sign) written straight into the blocks."""
+    """Random GGUF rows of ``fmt``: random bytes, with the float16 fields set to finite values of
+    either sign, normal, subnormal or zero."""
     rng = np.random.default_rng(seed)
-    _, scales, codes = FORMATS[fmt]
-    blocks = rng.integers(0, 256, size=(out, inner // 32, 2 * scales + codes), dtype=np.uint8)
-    shape = (out, inner // 32, scales)
-    halves = rng.choice([-1.0, 1.0], size=shape) * np.exp2(rng.uniform(-26, 2, shape))
-    blocks[..., : 2 * scales] = halves.astype(np.float16).view(np.uint8).reshape(out, inner // 32, 2 * scales)
+    spec = FORMATS[fmt]
+    count = inner // spec.gguf_weights
+    blocks = rng.integers(0, 256, size=(out, count, spec.gguf_bytes), dtype=np.uint8)
+    for offset in HALVES[fmt]:
+        halves = rng.choice([-1.0, 1.0], size=(out, count)) * np.exp2(rng.uniform(-26, 2, (out, count)))
+        halves[rng.random((out, count)) < 0.1] = 0.0
+        blocks[..., offset : offset + 2] = halves.astype(np.float16).view(np.uint8).reshape(out, count, 2)
     return blocks.reshape(out, -1)
 
 
@@ -47,15 +53,19 @@ def weight_and_reference(fmt: str, out: int, inner: int, seed: int) -> tuple[Qua
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_values_are_the_gguf_packages(fmt: str) -> None:
     """dequantize() and rows() give exactly gguf.quants.dequantize's float32 values."""
-    weight, reference = weight_and_reference(fmt, 7, 96, seed=1)
-    assert weight.shape == (7, 96) and weight.type_id == GGML_TYPES[fmt].value
+    inner = 3 * FORMATS[fmt].gguf_weights
+    weight, reference = weight_and_reference(fmt, 7, inner, seed=1)
+    assert weight.shape == (7, inner) and FORMATS[fmt].ggml_type == GGML_TYPES[fmt].value
+    fields = np.concatenate([gguf_blocks(fmt, 7, inner, seed=1).reshape(7, 3, -1)[..., o : o + 2] for o in HALVES[fmt]])
+    scales = np.abs(fields.copy().view(np.float16))
+    assert (scales == 0).any() and ((scales > 0) & (scales < np.finfo(np.float16).smallest_normal)).any()
     assert torch.equal(weight.dequantize(), reference)
     assert torch.equal(weight.dequantize(torch.bfloat16), reference.to(torch.bfloat16))
     index = torch.tensor([6, 0, 6])
     assert torch.equal(weight.rows(index), reference[index])
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", BLOCK_32)
 def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
     """Rows the gguf package quantized from real numbers decode to what it dequantizes them to."""
     values = np.random.default_rng(2).standard_normal((5, 64)).astype(np.float32)
@@ -69,13 +79,16 @@ def test_quantize_round_trip_through_the_gguf_package(fmt: str) -> None:
 # weight rows), more rows decode panels; out % 4 != 0 leaves single-row tiles; out > 48 splits the
 # work into chunks for the helper threads; rows over 576 float32 (1152 bfloat16) weights are summed in
 # slices, 64 input rows at a time.
+# The K-quants' layouts are Q4_1's, Q5_1's and Q6_K's, which the 32-weight formats' shapes cover; they
+# take a few shapes of whole super-blocks.
 SHAPES = [(1, 1, 32), (1, 7, 96), (2, 11, 96), (2, 6, 1216), (3, 130, 64), (4, 9, 576), (5, 13, 32), (9, 70, 1536),
           (16, 5, 64), (17, 3, 96), (33, 6, 160), (70, 27, 1216)]
+K_SHAPES = [(1, 7, 256), (2, 6, 1280), (5, 13, 256), (70, 27, 512)]
+PRODUCTS = [(fmt, *shape) for fmt in FORMATS for shape in (SHAPES if fmt in BLOCK_32 else K_SHAPES)]
 
 
 @needs_c
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("rows", "out", "inner"), SHAPES)
+@pytest.mark.parametrize(("fmt", "rows", "out", "inner"), PRODUCTS)
 def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: int, out: int, inner: int) -> None:
     weight, reference = weight_and_reference(fmt, out, inner, seed=rows * out + inner)
     gen = torch.Generator().manual_seed(inner)
@@ -111,8 +124,9 @@ def test_rows_longer_than_the_stack_panel(dtype: torch.dtype) -> None:
        isa=st.sampled_from(SUPPORTED_ISAS or ["none"]))
 def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int, threads: int, fmt: str,
                                               dtype: torch.dtype, seed: int, isa: str) -> None:
-    weight, reference = weight_and_reference(fmt, out, 32 * blocks, seed)
-    x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    inner = FORMATS[fmt].gguf_weights * blocks
+    weight, reference = weight_and_reference(fmt, out, inner, seed)
+    x = torch.randn(rows, inner, generator=torch.Generator().manual_seed(seed)).to(dtype)
     with pyagent_kernels.using_isa(isa):
         batched = linear(x, weight, threads=threads, backend="c")
         assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
@@ -120,18 +134,21 @@ def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int,
             assert torch.equal(batched[row], linear(x[row : row + 1], weight, threads=1, backend="c")[0]), row
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_torch_fallback_uses_the_dequantized_matrix(dtype: torch.dtype) -> None:
-    weight, reference = weight_and_reference("q4_0", 12, 64, seed=4)
-    x = torch.randn(3, 64).to(dtype)
+def test_torch_fallback_uses_the_dequantized_matrix(fmt: str, dtype: torch.dtype) -> None:
+    inner = 2 * FORMATS[fmt].gguf_weights
+    weight, reference = weight_and_reference(fmt, 12, inner, seed=4)
+    x = torch.randn(3, inner).to(dtype)
     assert torch.equal(linear(x, weight, backend="torch"), linear(x, reference.to(dtype), backend="torch"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_prepared_product_gives_the_bits_of_linear(fmt: str, dtype: torch.dtype) -> None:
-    weight, _ = weight_and_reference(fmt, 7, 64, seed=9)
-    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(9)).to(dtype)
+    inner = 2 * FORMATS[fmt].gguf_weights
+    weight, _ = weight_and_reference(fmt, 7, inner, seed=9)
+    x = torch.randn(3, inner, generator=torch.Generator().manual_seed(9)).to(dtype)
     out = torch.empty(3, 7)
     run_prepared([prepare_linear(x, weight, out, threads=1)])
     assert torch.equal(out, linear(x, weight, out_dtype=torch.float32, threads=1))
@@ -146,15 +163,39 @@ def test_cat_stacks_rows() -> None:
     assert torch.equal(packed_again.dequantize(), both.dequantize())
 
 
+@pytest.mark.parametrize(("formats", "shared"), [
+    (("q5_0", "q5_0", "q8_0"), "q8_0"),  # a Q4_K_M file's q, k and v projections
+    (("q4_0", "q5_0"), "q5_0"),
+    (("q4_k", "q4_1"), "q4_1"),
+    (("q5_k", "q4_1"), "q5_1"),
+    (("q8_0", "q6_k"), "q6_k"),
+    (("q4_0", "q6_k"), "q6_k"),
+])
+def test_cat_repacks_mixed_formats_exactly(formats: tuple[str, ...], shared: str) -> None:
+    """Parts of different formats stack in the smallest layout holding them all, values unchanged."""
+    parts = [weight_and_reference(fmt, 2 + i, 256, seed=i) for i, fmt in enumerate(formats)]
+    assert shared_format([weight for weight, _ in parts]) == shared
+    both = QuantizedWeight.cat([weight for weight, _ in parts])
+    assert both.format == shared and both.type_id == FORMATS[shared].layout
+    assert torch.equal(both.dequantize(), torch.cat([reference for _, reference in parts]))
+
+
+def test_formats_without_a_shared_layout_do_not_stack() -> None:
+    with_min, without = weight_and_reference("q4_1", 1, 256, 0)[0], weight_and_reference("q6_k", 1, 256, 0)[0]
+    assert shared_format([with_min, without]) is None
+    assert shared_format([with_min, weight_and_reference("q4_1", 1, 512, 0)[0]]) is None
+    with pytest.raises(KernelArgumentError, match="cannot stack q6_k rows of 256 weights onto q4_1"):
+        QuantizedWeight.cat([with_min, without])
+
+
 @pytest.mark.parametrize(("build", "message"), [
-    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20, dtype=torch.uint8), "q5_k", 32), "unknown quantized format"),
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20, dtype=torch.uint8), "q3_k", 32), "unknown quantized format"),
+    (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 144, dtype=torch.uint8), "q4_k", 32), "blocks of 256 weights"),
     (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20, dtype=torch.uint8), "q4_1", 48), "positive multiple"),
     (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 21, dtype=torch.uint8), "q4_1", 32), r"uint8 \[out, 20\]"),
     (lambda: QuantizedWeight.from_gguf(torch.zeros(2, 20), "q4_1", 32), r"uint8 \[out, 20\]"),
     (lambda: QuantizedWeight(torch.zeros(2, 20, dtype=torch.uint8), "q4_1", 32), r"packed q4_1 .* \[out, 24\]"),
     (lambda: QuantizedWeight.cat([]), "at least one"),
-    (lambda: QuantizedWeight.cat([weight_and_reference(fmt, 1, 32, 0)[0] for fmt in ("q8_0", "q4_0")]),
-     "cannot stack q4_0 rows"),
     (lambda: linear(torch.zeros(1, 64), weight_and_reference("q8_0", 2, 32, 0)[0]), "features per row"),
     (lambda: linear(torch.zeros(1, 32, dtype=torch.float16), weight_and_reference("q8_0", 2, 32, 0)[0]),
      "float32 or torch.bfloat16"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import platform
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
 import typer
@@ -28,9 +28,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def plugin_checks(registry: Registry) -> list[DoctorCheck]:
-    """Every plugin's ``pyagent_doctor_checks`` rows; a plugin whose hook fails gets a failed row instead."""
-    results, failures = registry.gather_hook("pyagent_doctor_checks")
+def plugin_checks(registry: Registry, hook: str = "pyagent_doctor_checks", **kwargs: Any) -> list[DoctorCheck]:
+    """Every plugin's rows from ``hook`` (``pyagent_doctor_checks``, or ``pyagent_check_model`` with its
+    ``path``); a plugin whose hook fails gets a failed row instead."""
+    results, failures = registry.gather_hook(hook, **kwargs)
     rows: list[DoctorCheck] = []
     for plugin, checks in results:
         if isinstance(checks, list) and all(isinstance(check, DoctorCheck) for check in checks):
@@ -43,11 +44,22 @@ def plugin_checks(registry: Registry) -> list[DoctorCheck]:
     return rows
 
 
-def doctor(json_out: JsonFlag = False) -> None:
-    """Report Python, pyagent, optional libraries, the plugins' own checks (kernels, model...) and problems."""
+def doctor(json_out: JsonFlag = False, model: Annotated[str | None, typer.Option(
+        "--model", help="Also say whether this .gguf file or checkpoint folder can run here, and why not.")] = None,
+           ) -> None:
+    """Report Python, pyagent, optional libraries, the plugins' own checks (kernels, model...) and problems.
+
+    With --model, the plugins' checks of that model follow (architecture served, block types,
+    tokenizer); the command exits 1 when one fails.
+    """
     registry = get_registry()
     failed = [p.name for p in registry.plugins() if p.status == STATUS_FAILED]
     checks = plugin_checks(registry)
+    model_checks = [] if model is None else plugin_checks(registry, "pyagent_check_model", path=model)
+    if model is not None and not model_checks:
+        model_checks = [DoctorCheck("model", False, "no installed plugin checks models",
+                                    "install pyagent-engine (it implements pyagent_check_model)")]
+    checks += model_checks
     report: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -59,6 +71,8 @@ def doctor(json_out: JsonFlag = False) -> None:
     }
     if json_out:
         print_json(report)
+        if not all(check.ok for check in model_checks):
+            raise typer.Exit(1)
         return
     rows: list[tuple[str, Any]] = [
         ("python", f"{report['python']} on {report['platform']}"),
@@ -74,6 +88,8 @@ def doctor(json_out: JsonFlag = False) -> None:
             error(f"{check.name}: {check.detail}" + (f"; {check.hint}" if check.hint else ""))
     for problem in report["problems"]:
         typer.echo(f"warning: {problem}", err=True)
+    if not all(check.ok for check in model_checks):
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

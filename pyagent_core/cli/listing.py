@@ -34,7 +34,7 @@ def backend_record(registry: Registry, backend: Backend, default: Backend | None
 def backend_matrix(registry: Registry, kinds: list[str]) -> str:
     """A markdown table of every backend of ``kinds``: distribution, priority, needs, summary.
 
-    Capabilities are left to ``pyagent info`` (and ``--json``), which keeps the README's matrix short.
+    Capabilities are left to ``pyagent info`` (and ``--json``), which keeps the matrix of docs/backends.md short.
     """
     lines = ["| kind | backend | distribution | priority | requires | summary |",
              "|---|---|---|---|---|---|"]
@@ -68,7 +68,7 @@ def list_backends(
     kind: Annotated[str | None, typer.Argument(help="Only this kind (e.g. sampler, attention).")] = None,
     check: Annotated[bool, typer.Option("--check", help="Import each backend and run its check.")] = False,
     json_out: JsonFlag = False,
-    markdown: Annotated[bool, typer.Option("--markdown", help="Print the README's backend matrix.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the backend matrix of docs/backends.md.")] = False,
 ) -> None:
     """Backends per kind: name, distribution, availability (or why not), default, priority."""
     registry = get_registry()

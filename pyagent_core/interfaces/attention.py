@@ -11,12 +11,24 @@ prefill or a prefix-cache hit), a decode step (one new token) or a draft tree be
 new tokens of all sequences are concatenated along the token dimension; sequence ``s`` owns tokens
 ``query_start_loc[s]:query_start_loc[s + 1]``, which sit at positions ``seq_lens[s] - query_len``
 to ``seq_lens[s] - 1``.
+
+Two per-model variations, fixed when the backend is built (:class:`AttentionContext`):
+
+- **Sliding window** (Mistral, Gemma 2/3 local layers): a layer with window ``w`` lets the token at
+  position ``p`` see only the positions ``j`` with ``p - w < j <= p`` (the ``w`` latest ones, itself
+  included), as transformers' ``sliding_window_overlay`` masks them. With a tree mask the positions
+  are the tokens' positions in the text, not in the cache: new token ``t`` of a sequence with
+  ``ctx`` cached positions sits at ``ctx + n - 1``, ``n`` being how many of its sequence's new
+  tokens ``tree_mask[t]`` lets it see (itself and its ancestors: its depth in the draft tree).
+- **Logit soft-capping** (Gemma 2): with cap ``c``, each score ``s = scale * q . k`` becomes
+  ``c * tanh(s / c)`` before the mask and the softmax.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -28,6 +40,46 @@ if TYPE_CHECKING:
 def _expect(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def _windows(windows: Iterable[int | None]) -> tuple[int | None, ...]:
+    return tuple(windows)
+
+
+def visible_mask(
+    query_len: int,
+    seq_len: int,
+    tree: torch.Tensor | None = None,
+    window: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``bool [query_len, seq_len]``: the positions each new token of one sequence sees.
+
+    Args:
+        query_len: the sequence's new tokens (its last ``query_len`` positions).
+        seq_len: its length, cached positions and new tokens together.
+        tree: its rows of :attr:`AttentionMetadata.tree_mask` (``[query_len, >= query_len]``), or
+            ``None`` for causal attention.
+        window: the layer's sliding window, or ``None``.
+        device: where the mask goes (default: the tree's device, else the CPU).
+
+    Row ``i`` is new token ``i``, column ``j`` position ``j``, as the module docstring says.
+    """
+    import torch
+
+    device = device if device is not None else tree.device if tree is not None else None
+    context = seq_len - query_len
+    mask = torch.ones(query_len, seq_len, dtype=torch.bool, device=device).tril(diagonal=context)
+    if tree is not None:
+        mask[:, context:] = tree[:, :query_len]
+    if window is not None:
+        query_pos = torch.arange(context, seq_len, device=device)
+        key_pos = torch.arange(seq_len, device=device)
+        if tree is not None:  # positions in the text: the context plus the depth in the draft tree
+            query_pos = context + mask[:, context:].sum(dim=1) - 1
+            key_pos = torch.cat((key_pos[:context], query_pos))
+        mask &= key_pos.unsqueeze(0) > (query_pos - window).unsqueeze(1)
+    return mask
 
 
 @attrs.frozen(eq=False)
@@ -109,10 +161,18 @@ class AttentionContext:
             backends that plan work or workspaces by block.
         dtype: name of the torch dtype the engine runs attention in (``"float32"``, ``"bfloat16"``):
             the dtype of ``q``, ``k``, ``v`` and the caches; one of the spec's ``dtypes``.
+        sliding_windows: the sliding window of each layer (``None``: that layer attends to every
+            earlier position), one entry per layer; empty (the default): no layer has a window.
+            Semantics in the module docstring; a backend whose spec lacks ``sliding_window`` is never
+            built with a window.
+        logits_soft_cap: the cap ``c`` of every layer's scores (``c * tanh(score / c)``), or
+            ``None`` (the default) for plain scores; a backend whose spec lacks ``logits_soft_cap``
+            is never built with one.
 
     Raises:
         ValueError: when ``num_heads`` is not a positive multiple of ``num_kv_heads``, or
-            ``head_size`` or ``block_size`` is not positive.
+            ``head_size`` or ``block_size`` is not positive, or a window or the cap is not a
+            positive number.
     """
 
     num_heads: int
@@ -121,12 +181,29 @@ class AttentionContext:
     scale: float
     block_size: int
     dtype: str
+    sliding_windows: tuple[int | None, ...] = attrs.field(default=(), converter=_windows)
+    logits_soft_cap: float | None = None
 
     def __attrs_post_init__(self) -> None:
         _expect(self.num_heads > 0 and self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
                 f"num_heads ({self.num_heads}) must be a positive multiple of num_kv_heads ({self.num_kv_heads})")
         _expect(self.head_size > 0, f"head_size must be positive, got {self.head_size}")
         _expect(self.block_size > 0, f"block_size must be positive, got {self.block_size}")
+        for layer, window in enumerate(self.sliding_windows):
+            _expect(window is None or (type(window) is int and window > 0),
+                    f"sliding_windows[{layer}] must be a positive int or None (no window), got {window!r}")
+        cap = self.logits_soft_cap
+        _expect(cap is None or (isinstance(cap, (int, float)) and not isinstance(cap, bool) and 0 < cap < math.inf),
+                f"logits_soft_cap must be a positive finite number or None (no capping), got {cap!r}")
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer``, or ``None`` when it attends to every earlier position."""
+        return self.sliding_windows[layer] if self.sliding_windows else None
+
+    @property
+    def has_window(self) -> bool:
+        """Whether any layer has a sliding window."""
+        return any(window is not None for window in self.sliding_windows)
 
 
 class AttentionBackend(ABC):
@@ -216,5 +293,7 @@ class AttentionBackend(ABC):
             layer: index of the layer, for backends that keep per-layer state.
 
         Each new token attends to every earlier position of its sequence and to itself (causal),
-        or as ``metadata.tree_mask`` says; the output has ``q``'s dtype.
+        or as ``metadata.tree_mask`` says, within ``context.window(layer)`` positions of itself,
+        scores capped by ``context.logits_soft_cap`` (module docstring); the output has ``q``'s
+        dtype.
         """

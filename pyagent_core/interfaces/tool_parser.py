@@ -204,7 +204,8 @@ class ToolParser(StreamingParser[ToolParserContext]):
         ``"auto"`` and ``"none"`` need none (``None``). For ``"required"`` and a named function
         (``{"type": "function", "function": {"name": ...}}``) a parser returns a constraint whose
         output it parses back into calls of the allowed tools, typically a structural tag with one
-        structure per tool (the text before the arguments, the parameters' schema, the text after).
+        structure per tool (the text before the arguments, the parameters' schema, the text after)
+        and ``"at_least_one": true``, so the output opens with a call.
 
         Raises:
             RequestError: the parser cannot express ``tool_choice`` (the default for anything but

@@ -27,8 +27,10 @@ from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.types import NAME_RE
 
 TEMPLATES = resources.files(__package__) / "templates"
-# What a kind's implementation needs beyond pyagent-core (grammar: its token bitmasks are torch tensors).
-KIND_DEPENDENCIES = {"attention": ("torch",), "grammar": ("torch",), "sampler": ("torch",)}
+# What a kind's implementation needs beyond pyagent-core (grammar: its token bitmasks are torch tensors; model:
+# the shared decoder layers it is declared on).
+KIND_DEPENDENCIES = {"attention": ("torch",), "grammar": ("torch",), "sampler": ("torch",),
+                     "model": ("torch", "gguf", "pyagent-model-base")}
 
 
 @attrs.frozen

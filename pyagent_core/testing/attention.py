@@ -2,7 +2,9 @@
 
 Each check builds batches of one shape family (decode, prefill, block boundaries, many blocks,
 mixed), runs them for every dtype, block size and head layout (MHA, GQA, MQA) the spec allows, and
-compares the output and the updated cache with :func:`reference_attention`.
+compares the output and the updated cache with :func:`reference_attention`. Backends whose spec
+declares ``sliding_window`` or ``logits_soft_cap`` also get those batches with windows shorter than
+the context (the visible positions listed one by one, :func:`visible_positions`) and capped scores.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ class Shape:
 
 @attrs.frozen(eq=False)
 class Batch:
-    """One random batch: the inputs of ``forward`` plus the scale."""
+    """One random batch: the inputs of ``forward`` plus the scale.
+
+    ``sliding_windows`` and ``soft_cap`` are the model's (:class:`AttentionContext`), ``layer`` the
+    layer ``forward`` is called for: the batch attends with ``sliding_windows[layer]``.
+    """
 
     q: torch.Tensor
     k: torch.Tensor
@@ -50,17 +56,27 @@ class Batch:
     kv_cache: torch.Tensor
     metadata: AttentionMetadata
     scale: float
+    sliding_windows: tuple[int | None, ...] = ()
+    soft_cap: float | None = None
+    layer: int = 0
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window of the layer the batch is attended for (``None``: none)."""
+        return self.sliding_windows[self.layer] if self.sliding_windows else None
 
     def args(self) -> tuple[Any, ...]:
-        """Positional arguments of ``forward`` (layer 0), the cache cloned so retries start clean."""
-        return self.q, self.k, self.v, self.kv_cache.clone(), self.metadata, 0
+        """Positional arguments of ``forward``, the cache cloned so retries start clean."""
+        return self.q, self.k, self.v, self.kv_cache.clone(), self.metadata, self.layer
 
     def context(self) -> AttentionContext:
-        """The :class:`AttentionContext` of a backend built for this batch's heads, cache and dtype."""
+        """The :class:`AttentionContext` of a backend built for this batch's heads, cache, dtype,
+        windows and cap."""
         _, num_heads, head_size = self.q.shape
         return AttentionContext(num_heads=num_heads, head_size=head_size, num_kv_heads=self.k.shape[1],
                                 scale=self.scale, block_size=self.kv_cache.shape[2],
-                                dtype=str(self.q.dtype).removeprefix("torch."))
+                                dtype=str(self.q.dtype).removeprefix("torch."),
+                                sliding_windows=self.sliding_windows, logits_soft_cap=self.soft_cap)
 
 
 def _tree_mask(query_lens: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -129,12 +145,39 @@ def make_batch(
     )
 
 
+def visible_positions(metadata: AttentionMetadata, seq: int, window: int | None) -> torch.Tensor:
+    """``bool [query_len, seq_len]``: which positions each new token of sequence ``seq`` sees, decided
+    one (token, position) pair at a time from the contract's words (no vectorised shortcut).
+
+    Causal: every position up to the token's own; with a tree mask, every cached position and the
+    new tokens its row sets. With a window ``w``, of those only the positions ``j`` of the text with
+    ``p - w < j <= p`` (``p`` the token's): a new token's text position is its cache position, or
+    with a tree mask ``ctx`` plus the number of new tokens its row sets, minus one.
+    """
+    lo, hi = (int(x) for x in metadata.query_start_loc[seq:seq + 2])
+    seq_len, n = int(metadata.seq_lens[seq]), hi - lo
+    ctx = seq_len - n
+    tree = None if metadata.tree_mask is None else metadata.tree_mask[lo:hi, :n].tolist()
+
+    text_positions = [ctx + (i if tree is None else sum(tree[i]) - 1) for i in range(n)]  # of the new tokens
+
+    def sees(i: int, j: int) -> bool:  # new token i, position j
+        if j < ctx:
+            seen, key = True, j
+        else:
+            seen, key = (j - ctx <= i if tree is None else tree[i][j - ctx]), text_positions[j - ctx]
+        return seen and (window is None or text_positions[i] - window < key)
+
+    return torch.tensor([[sees(i, j) for j in range(seq_len)] for i in range(n)], dtype=torch.bool).view(n, seq_len)
+
+
 def reference_attention(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Naive paged attention in float32: ``(output, cache after the write)``.
 
     Writes the new keys/values at their slots, gathers each sequence's keys/values position by
-    position through its block table, expands key/value heads for grouped-query attention and
-    applies a causal (or tree) mask before the softmax.
+    position through its block table, expands key/value heads for grouped-query attention, caps
+    the scores (``soft_cap * tanh(score / soft_cap)``) when the batch has a cap and applies
+    :func:`visible_positions` before the softmax; a token that sees nothing gets zeros.
     """
     md = batch.metadata
     cache = batch.kv_cache.clone()
@@ -147,17 +190,15 @@ def reference_attention(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     starts = md.query_start_loc.tolist()
     for s, seq_len in enumerate(md.seq_lens.tolist()):
         lo, hi = starts[s], starts[s + 1]
-        ctx = seq_len - (hi - lo)
         positions = torch.arange(seq_len)
         slots = md.block_tables[s].long()[positions // block_size] * block_size + positions % block_size
         keys = flat[0, slots].float().repeat_interleave(group, dim=1)
         values = flat[1, slots].float().repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", batch.q[lo:hi].float(), keys) * batch.scale
-        query_pos = torch.arange(ctx, seq_len).unsqueeze(1)
-        allowed = positions.unsqueeze(0) <= query_pos
-        if md.tree_mask is not None:
-            allowed[:, ctx:] = md.tree_mask[lo:hi, : hi - lo]
-        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        if batch.soft_cap is not None:
+            scores = batch.soft_cap * torch.tanh(scores / batch.soft_cap)
+        allowed = visible_positions(md, s, batch.window)
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
         out[lo:hi] = torch.einsum("hqk,khd->qhd", weights, values)
     return out, cache
 
@@ -190,12 +231,26 @@ def _shapes_tree(bs: int) -> list[Shape]:
     return [Shape((10, 0, bs), (6, 4, 1))]
 
 
+def _shapes_prefix_hit(bs: int) -> list[Shape]:
+    """Prefills after whole cached blocks (a prefix-cache hit) and after a partial one (chunked)."""
+    return [Shape((2 * bs, 3 * bs + 2), (bs + 5, 9))]
+
+
+def _windows(bs: int) -> tuple[int, ...]:
+    """Windows shorter than the kit's contexts: just the token, across chunk and block borders."""
+    return (1, 5, bs + 3)
+
+
+SOFT_CAP = 1.5
+"""The kit's score cap: small enough that capping changes the kit's scores (about N(0, 1)) a lot."""
+
+
 class AttentionConformance(BackendConformance):
     """Kit for :class:`AttentionBackend` s. Set ``impl`` and ``spec``; override hooks as needed.
 
     Dtypes, head size and block sizes come from the spec (``head_sizes``/``block_sizes`` empty
-    means any: the kit uses 64 and both 4 and 16). Prefill, decode and tree-mask checks are skipped
-    when the spec says the backend does not handle them.
+    means any: the kit uses 64 and both 4 and 16). Prefill, decode, tree-mask, sliding-window and
+    soft-cap checks are skipped when the spec says the backend does not handle them.
     """
 
     kind = "attention"
@@ -218,16 +273,29 @@ class AttentionConformance(BackendConformance):
                     yield dict(dtype=dtype, block_size=block_size, num_heads=num_heads,
                                num_kv_heads=num_kv_heads, head_size=head_size)
 
-    def run_shapes(self, shapes: Callable[[int], list[Shape]], tree: bool = False) -> None:
-        """Run every shape of ``shapes(block_size)`` in every configuration against the reference."""
+    def run_shapes(self, shapes: Callable[[int], list[Shape]], tree: bool = False, windowed: bool = False,
+                   soft_cap: float | None = None) -> None:
+        """Run every shape of ``shapes(block_size)`` in every configuration against the reference.
+
+        ``windowed``: at layer 1 of a model whose layer 0 has no window (``sliding_windows=(None,
+        w)``), the configurations taking the windows of :func:`_windows` in turn. ``soft_cap``:
+        with the scores capped.
+        """
         for seed, config in enumerate(self.configurations()):
+            windows = _windows(config["block_size"])
+            turn = seed + seed // len(HEAD_LAYOUTS)  # so that each head layout meets every window
+            window = windows[turn % len(windows)] if windowed else None
             for shape in shapes(config["block_size"]):
                 batch = make_batch(shape, seed=seed, tree=tree, **config)
-                self.check_batch(batch, f"{shape} {config}")
+                if window is not None or soft_cap is not None:
+                    batch = attrs.evolve(batch, sliding_windows=() if window is None else (None, window),
+                                         soft_cap=soft_cap, layer=0 if window is None else 1)
+                self.check_batch(batch, f"{shape} {config} window={window} soft_cap={soft_cap}")
 
-    def check_batch(self, batch: Batch, label: str) -> None:
-        """Compare the backend's output and cache with :func:`reference_attention` on ``batch``."""
-        backend = self.make_backend(batch.context())
+    def check_batch(self, batch: Batch, label: str, backend: AttentionBackend | None = None) -> None:
+        """Compare the backend's output and cache with :func:`reference_attention` on ``batch``
+        (``backend``: one already built for the batch's context; default: a new one)."""
+        backend = backend or self.make_backend(batch.context())
         q, k, v, cache, metadata, layer = batch.args()
         out = backend.forward(q, k, v, cache, metadata, layer)
         expected_out, expected_cache = reference_attention(batch)
@@ -273,6 +341,54 @@ class AttentionConformance(BackendConformance):
     def test_tree_mask(self) -> None:
         self._require("tree_mask")
         self.run_shapes(_shapes_tree, tree=True)
+
+    def test_sliding_window_decode(self) -> None:
+        self._require("sliding_window")
+        self._require("decode")
+        self.run_shapes(_shapes_decode_batch, windowed=True)
+
+    def test_sliding_window_prefill(self) -> None:
+        self._require("sliding_window")
+        self._require("prefill")
+        self.run_shapes(_shapes_prefill, windowed=True)
+
+    def test_sliding_window_prefix_hit(self) -> None:
+        self._require("sliding_window")
+        self._require("prefill")
+        self.run_shapes(_shapes_prefix_hit, windowed=True)
+
+    def test_sliding_window_mixed(self) -> None:
+        self._require("sliding_window")
+        self._require("prefill")
+        self._require("decode")
+        self.run_shapes(_shapes_mixed, windowed=True)
+
+    def test_sliding_window_tree(self) -> None:
+        self._require("sliding_window")
+        self._require("tree_mask")
+        self.run_shapes(_shapes_tree, tree=True, windowed=True)
+
+    def test_sliding_window_per_layer(self) -> None:
+        """One backend, a model with windows on some layers: each layer attends with its own."""
+        self._require("sliding_window")
+        self._require("prefill")
+        config = next(self.configurations())
+        batch = make_batch(_shapes_mixed(config["block_size"])[0], seed=7, **config)
+        windows = (7, None, 2)
+        backend = self.make_backend(attrs.evolve(batch, sliding_windows=windows).context())
+        for layer in range(len(windows)):
+            batch = attrs.evolve(batch, sliding_windows=windows, layer=layer)
+            self.check_batch(batch, f"layer {layer} of windows {windows}", backend)
+
+    def test_soft_cap(self) -> None:
+        self._require("logits_soft_cap")
+        self.run_shapes(_shapes_mixed, soft_cap=SOFT_CAP)
+
+    def test_soft_cap_with_window_and_tree(self) -> None:
+        self._require("logits_soft_cap")
+        self._require("sliding_window")
+        self._require("tree_mask")
+        self.run_shapes(_shapes_tree, tree=True, windowed=True, soft_cap=SOFT_CAP)
 
     def test_rejects_mismatched_inputs(self) -> None:
         config = next(self.configurations())

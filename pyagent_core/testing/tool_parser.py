@@ -171,7 +171,9 @@ class ToolParserConformance(StreamingParserConformance):
         raise AssertionError("constraint_for a tool that is not in the request must raise RequestError")
 
     def _check_structures(self, tag: Mapping[str, Any], allowed: set[str], choice: Any) -> None:
-        """Each structure, filled with example arguments, parses back into one call of its tool."""
+        """The tag forces a call; each structure, filled with example arguments, parses back into one call
+        of its tool."""
+        assert tag.get("at_least_one") is True, f"constraint_for({choice!r}) must force a call: {tag}"
         names = set()
         for structure in tag["structures"]:
             assert any(structure["begin"].startswith(t) for t in tag["triggers"]), f"{choice!r}: {structure}"

@@ -14,16 +14,23 @@
  * to slot slot_mapping[t] of the cache; (3) attends. Each new token sees every cached position of its
  * sequence and the new tokens up to itself (causal) or, with tree_mask (bytes 0/1, [num_tokens,
  * tree_width], row-major), the cached positions and the j-th new token of its sequence where
- * tree_mask[t * tree_width + j] is non-zero. Scores are q . k * scale; softmax and the weighted sum
- * of values run in float32 with a running maximum and sum (bfloat16 is widened on load; the output
- * is rounded to nearest even). A token that sees no position gets zeros.
+ * tree_mask[t * tree_width + j] is non-zero. With window > 0 (a sliding window) it sees, of those,
+ * only positions j with pos - window < j <= pos, pos being the token's position in the text: its
+ * position in the sequence, or with tree_mask ctx + n - 1, where ctx = seq_len - query_len and n
+ * counts the new tokens of its sequence its tree_mask row sets (its depth in the draft tree); a new
+ * key's position is the same function of its own row. window 0: no window.
+ * Scores are q . k * scale, then with soft_cap > 0 soft_cap * tanh(score / soft_cap) (soft_cap 0:
+ * uncapped); softmax and the weighted sum of values run in float32 with a running maximum and sum
+ * (bfloat16 is widened on load; the output is rounded to nearest even). A token that sees no
+ * position gets zeros.
  *
  * Work items are (sequence, kv head, tile of up to ~64 query rows); all query heads of a kv head in
  * a tile share each key/value load. Items are spread over the caller and up to num_threads - 1 of
  * the persistent helper threads the linear kernel uses, when there is enough work; <= 1 runs on the
  * calling thread only. A token's output does not depend on the thread count.
  *
- * Errors (nothing written): PAK_EINVAL (NULL pointer, bad size or dtype), PAK_EPARAM (query_start_loc
+ * Errors (nothing written): PAK_EINVAL (NULL pointer, bad size or dtype, a negative window, a
+ * negative or non-finite soft_cap or scale), PAK_EPARAM (query_start_loc
  * not starting at 0, decreasing or not ending at num_tokens; a sequence shorter than its new tokens
  * or longer than its block-table row; a query length above tree_width; *err_index = the sequence),
  * PAK_EINDEX (a block id outside [0, num_blocks): *err_index = the sequence; a slot outside the cache:
@@ -44,7 +51,7 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
                         int64_t head_size, int64_t num_blocks, int64_t block_size,
                         const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping,
                         const int32_t *seq_lens, const int32_t *query_start_loc, int64_t num_seqs,
-                        const uint8_t *tree_mask, int64_t tree_width, float scale, int num_threads,
-                        int64_t *err_index);
+                        const uint8_t *tree_mask, int64_t tree_width, float scale, int64_t window,
+                        float soft_cap, int num_threads, int64_t *err_index);
 
 #endif

@@ -36,17 +36,29 @@ int pak_linear_bf16(const uint16_t *x, const uint16_t *w, void *y, int y_f32, in
  * blocks of 32 weights; a block of `wtype` (the values are GGML type ids) holds:
  *   PAK_WEIGHT_Q4_0 (2): float32 d, 16 bytes of 4-bit q (20 bytes); weight = d * (q - 8)
  *   PAK_WEIGHT_Q4_1 (3): float32 d, float32 m, 16 bytes of 4-bit q (24 bytes); weight = d * q + m
+ *   PAK_WEIGHT_Q5_0 (6): float32 d, 32-bit h, 16 bytes of 4-bit l (24 bytes); weight = d * (q - 16)
+ *   PAK_WEIGHT_Q5_1 (7): float32 d, float32 m, 32-bit h, 16 bytes of 4-bit l (28 bytes);
+ *                        weight = d * q + m
  *   PAK_WEIGHT_Q8_0 (8): float32 d, 32 signed bytes q (36 bytes); weight = d * q
+ *   PAK_WEIGHT_Q6_K (14): float32 d0, float32 d1, 32 signed bytes q (40 bytes); weight j = d0 * q
+ *                        for j < 16, d1 * q for the others
  * In the 4-bit formats byte j holds weight j in its low half and weight j + 16 in its high half,
- * as in GGUF. Each weight is computed in float32 with one rounding per operation (no fused
- * multiply-add), as the gguf package's dequantization does, then for bfloat16 rounded to the
- * nearest bfloat16; the product then runs exactly as pak_linear_f32 / pak_linear_bf16 on those
- * values, so the result is bit-identical to dequantizing the whole matrix first. `in` must be a
- * multiple of 32. */
+ * as in GGUF; the 5-bit formats hold the low 4 bits l of each code so, and bit j of the little-
+ * endian word h is bit 4 of weight j's code q. The K-quants' super-blocks of 256 weights are split
+ * into such blocks with each sub-block's scale and minimum multiplied out (exactly: d * scale, and
+ * dmin * min negated, in float32): Q4_K becomes Q4_1 blocks, Q5_K Q5_1 blocks and Q6_K the blocks
+ * above, codes minus 32, one scale per 16 weights. Each weight is computed in float32 with one
+ * rounding per operation (no fused multiply-add), as the gguf package's dequantization does, then
+ * for bfloat16 rounded to the nearest bfloat16; the product then runs exactly as pak_linear_f32 /
+ * pak_linear_bf16 on those values, so the result is bit-identical to dequantizing the whole matrix
+ * first. `in` must be a multiple of 32. */
 enum pak_weight_type {
     PAK_WEIGHT_Q4_0 = 2,
     PAK_WEIGHT_Q4_1 = 3,
-    PAK_WEIGHT_Q8_0 = 8
+    PAK_WEIGHT_Q5_0 = 6,
+    PAK_WEIGHT_Q5_1 = 7,
+    PAK_WEIGHT_Q8_0 = 8,
+    PAK_WEIGHT_Q6_K = 14
 };
 
 /* Bytes of one row of `in` weights of `wtype` as above; 0 for an unknown type or `in` not a

@@ -35,6 +35,9 @@ typedef struct {
     const uint8_t *tree_mask;
     int64_t tree_width;
     float scale;
+    int64_t window;           /* sliding window, 0: none */
+    float soft_cap;           /* score cap, 0: none */
+    const int64_t *tree_pos;  /* with a tree mask and a window: each new token's position in the text */
 } pak_attn;
 
 /* New tokens first .. first + count - 1 (all of sequence seq) against kv head `head`. */
@@ -59,6 +62,15 @@ PAK_INLINE float pak_hsum16(pak_v16f v)
     memcpy(&b, (const char *)&lo + sizeof a, sizeof b);
     a += b;
     return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+/* The first position of the chunk grid (chunks of PAK_ATTN_CHUNK from each block's start) at or
+ * before `pos`: every row starts its keys there, so a token's chunks, hence its rounding, do not
+ * depend on the other tokens of its work item. */
+static int64_t chunk_start(int64_t pos, int64_t block_size)
+{
+    const int64_t offset = pos % block_size;
+    return pos - offset + offset / PAK_ATTN_CHUNK * PAK_ATTN_CHUNK;
 }
 
 #define PAK_IMPL "attention/paged_impl.h"
@@ -142,12 +154,32 @@ static pak_item *make_items(const pak_attn *a, int64_t num_seqs, int64_t *num_it
         const int64_t lo = a->query_start_loc[s], hi = a->query_start_loc[s + 1];
         for (int64_t first = lo; first < hi; first += tile) {
             const int64_t count = hi - first < tile ? hi - first : tile;
-            *work += count * group * a->num_kv_heads * a->seq_lens[s];
+            const int64_t span = a->window && a->window + count < a->seq_lens[s] ? a->window + count : a->seq_lens[s];
+            *work += count * group * a->num_kv_heads * span;
             for (int64_t h = 0; h < a->num_kv_heads; ++h)
                 items[(*num_items)++] = (pak_item){s, first, count, h};
         }
     }
     return items;
+}
+
+/* With a tree mask: each new token's position in the text (attention.h), ctx + its row's count of
+ * its sequence's new tokens - 1. NULL if out of memory. */
+static int64_t *tree_positions(const pak_attn *a, int64_t num_seqs, int64_t num_tokens)
+{
+    int64_t *pos = malloc((size_t)(num_tokens > 0 ? num_tokens : 1) * sizeof *pos);
+    if (!pos)
+        return NULL;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t lo = a->query_start_loc[s], hi = a->query_start_loc[s + 1];
+        for (int64_t t = lo; t < hi; ++t) {
+            int64_t seen = 0;
+            for (int64_t j = 0; j < hi - lo; ++j)
+                seen += a->tree_mask[t * a->tree_width + j] != 0;
+            pos[t] = a->seq_lens[s] - (hi - lo) + seen - 1;
+        }
+    }
+    return pos;
 }
 
 /* What the workers of one call share: the items, and a scratch region per worker. */
@@ -187,8 +219,8 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
                         int64_t head_size, int64_t num_blocks, int64_t block_size,
                         const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping,
                         const int32_t *seq_lens, const int32_t *query_start_loc, int64_t num_seqs,
-                        const uint8_t *tree_mask, int64_t tree_width, float scale, int num_threads,
-                        int64_t *err_index)
+                        const uint8_t *tree_mask, int64_t tree_width, float scale, int64_t window,
+                        float soft_cap, int num_threads, int64_t *err_index)
 {
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
@@ -196,7 +228,8 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
     if ((dtype != PAK_ATTN_F32 && dtype != PAK_ATTN_BF16) || num_tokens < 0 || num_seqs < 0
         || num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads || head_size <= 0
         || num_blocks < 0 || block_size <= 0 || max_blocks < 0 || tree_width < 0 || !query_start_loc
-        || (num_seqs > 0 && (!seq_lens || (max_blocks > 0 && !block_tables))) || !isfinite(scale))
+        || (num_seqs > 0 && (!seq_lens || (max_blocks > 0 && !block_tables))) || !isfinite(scale)
+        || window < 0 || !(soft_cap >= 0.0f && isfinite(soft_cap)))
         return PAK_EINVAL;
     if (num_tokens > 0 && (!out || !q || !k || !v || !kv_cache || !slot_mapping))
         return PAK_EINVAL;
@@ -205,14 +238,20 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
     if (rc != PAK_OK || num_tokens == 0)
         return rc;
     const int64_t elem = dtype == PAK_ATTN_BF16 ? 2 : 4, row_bytes = num_kv_heads * head_size * elem;
-    const pak_attn attn = {out, q, kv_cache, dtype == PAK_ATTN_BF16, num_heads, num_kv_heads, head_size,
-                           (head_size + 15) / 16 * 16, block_size, max_blocks,
-                           num_blocks * block_size * row_bytes, block_tables, seq_lens, query_start_loc,
-                           tree_mask, tree_width, scale};
+    pak_attn attn = {out, q, kv_cache, dtype == PAK_ATTN_BF16, num_heads, num_kv_heads, head_size,
+                     (head_size + 15) / 16 * 16, block_size, max_blocks,
+                     num_blocks * block_size * row_bytes, block_tables, seq_lens, query_start_loc,
+                     tree_mask, tree_width, scale, window, soft_cap, NULL};
+    int64_t *tree_pos = NULL;
+    if (tree_mask && window && !(tree_pos = tree_positions(&attn, num_seqs, num_tokens)))
+        return PAK_ENOMEM;
+    attn.tree_pos = tree_pos;
     int64_t num_items, work;
     pak_item *items = make_items(&attn, num_seqs, &num_items, &work);
-    if (!items)
+    if (!items) {
+        free(tree_pos);
         return PAK_ENOMEM;
+    }
     write_cache(kv_cache, k, v, slot_mapping, num_tokens, row_bytes, attn.plane_bytes);
     const int64_t group = num_heads / num_kv_heads;
     int64_t threads = num_threads < PAK_POOL_MAX_THREADS ? num_threads : PAK_POOL_MAX_THREADS;
@@ -225,10 +264,12 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
     job.scratch = aligned_alloc(64, (size_t)(threads * job.scratch_floats) * sizeof(float));
     if (!job.scratch) {
         free(items);
+        free(tree_pos);
         return PAK_ENOMEM;
     }
     pak_pool_run(run_items, &job, num_items, 1, (int)threads);
     free(job.scratch);
     free(items);
+    free(tree_pos);
     return PAK_OK;
 }

@@ -82,13 +82,14 @@ PAK_INLINE pak_v16f PAK_V(hsum16x16)(const pak_v16f *v)
            + __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
-/* Scores of query row r (token t at `pos`, sequence with `ctx` cached positions) against the
- * `count` keys from position `key0` into p[0..15] (-inf where not visible or past count); returns
- * their maximum. Each score is a lane-wise dot product summed as pak_hsum16 sums, sixteen keys at
- * a time. */
+/* Scores of query row r (token t at cache position `pos`, sequence with `ctx` cached positions) against
+ * the `count` keys from position `key0` into p[0..15] (-inf where not visible or past count); returns
+ * their maximum. Positions below `low` are outside the row's window; with a tree mask, new_pos[j] is
+ * the text position of the sequence's j-th new token (NULL: no window). Each score is a lane-wise
+ * dot product summed as pak_hsum16 sums, sixteen keys at a time, then capped when soft_cap is set. */
 PAK_INLINE float PAK_V(scores)(float *restrict p, const float *q, const float *keys, int64_t key_stride,
-                               int64_t count, int64_t key0, int64_t t, int64_t pos, int64_t ctx,
-                               const pak_attn *a)
+                               int64_t count, int64_t key0, int64_t t, int64_t pos, int64_t ctx, int64_t low,
+                               const int64_t *new_pos, const pak_attn *a)
 {
     pak_v16f lanes[PAK_ATTN_CHUNK];
     if (count == PAK_ATTN_CHUNK)
@@ -99,15 +100,21 @@ PAK_INLINE float PAK_V(scores)(float *restrict p, const float *q, const float *k
     pak_v16i visible;
     if (a->tree_mask == NULL || key0 + count <= ctx) { /* keys up to pos (causal) or every cached key */
         const int64_t seen = a->tree_mask == NULL && pos - key0 + 1 < count ? pos - key0 + 1 : count;
-        visible = lane < (int32_t)(seen > 0 ? seen : 0);
+        const int64_t skip = low - key0; /* lanes before it are outside the window */
+        visible = (lane < (int32_t)(seen > 0 ? seen : 0)) & (lane >= (int32_t)(skip > 0 ? skip : 0));
     } else {
         const uint8_t *tree = a->tree_mask + t * a->tree_width;
         int32_t bits[PAK_ATTN_CHUNK];
         for (int64_t j = 0; j < PAK_ATTN_CHUNK; ++j)
-            bits[j] = j < count && (key0 + j < ctx || tree[key0 + j - ctx]) ? -1 : 0;
+            bits[j] = j < count && (key0 + j < ctx ? key0 + j >= low
+                                    : tree[key0 + j - ctx] && (!new_pos || new_pos[key0 + j - ctx] >= low))
+                          ? -1 : 0;
         memcpy(&visible, bits, sizeof visible);
     }
-    const pak_v16f scores = pak_select16(visible, PAK_V(hsum16x16)(lanes), (pak_v16f){0.0f} - INFINITY);
+    pak_v16f raw = PAK_V(hsum16x16)(lanes);
+    if (a->soft_cap > 0.0f)
+        raw = a->soft_cap * pak_tanhf16(raw / a->soft_cap);
+    const pak_v16f scores = pak_select16(visible, raw, (pak_v16f){0.0f} - INFINITY);
     memcpy(p, &scores, sizeof scores);
     pak_v16f best = scores;
     best = pak_select16(best > __builtin_shufflevector(best, best, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7),
@@ -169,6 +176,14 @@ static void PAK_V(attend)(const pak_attn *a, const pak_item *item, const pak_att
     const int64_t ctx = seq_len - (a->query_start_loc[item->seq + 1] - lo);
     const int64_t first_pos = ctx + (item->first - lo);
     const int64_t end = a->tree_mask ? seq_len : first_pos + item->count;
+    const int64_t *new_pos = a->tree_pos ? a->tree_pos + lo : NULL;
+    int64_t start = 0; /* the first position a row of the item sees, on the chunk grid */
+    if (a->window) {
+        int64_t earliest = first_pos;
+        for (int64_t i = 0; new_pos && i < item->count; ++i)
+            earliest = new_pos[item->first - lo + i] < earliest ? new_pos[item->first - lo + i] : earliest;
+        start = earliest - a->window + 1 > 0 ? chunk_start(earliest - a->window + 1, a->block_size) : 0;
+    }
     const int64_t pos_bytes = a->num_kv_heads * size * elem, bs = a->block_size;
     const int32_t *table = a->block_tables + item->seq * a->max_blocks;
 
@@ -183,7 +198,7 @@ static void PAK_V(attend)(const pak_attn *a, const pak_item *item, const pak_att
     }
     memset(sc->acc, 0, (size_t)(rows * padded) * sizeof(float));
 
-    for (int64_t key0 = 0, count; key0 < end; key0 += count) {
+    for (int64_t key0 = start, count; key0 < end; key0 += count) {
         const int64_t offset = key0 % bs;
         count = bs - offset < PAK_ATTN_CHUNK ? bs - offset : PAK_ATTN_CHUNK;
         count = end - key0 < count ? end - key0 : count;
@@ -193,8 +208,10 @@ static void PAK_V(attend)(const pak_attn *a, const pak_item *item, const pak_att
         const float *values = PAK_V(stage)(sc->v, k_src + a->plane_bytes, count, pos_bytes, a, &v_stride);
         for (int64_t r = 0; r < rows; ++r) {
             float *p = sc->p + r * PAK_ATTN_CHUNK, *acc = sc->acc + r * padded;
-            const float best = PAK_V(scores)(p, sc->q + r * padded, keys, k_stride, count, key0,
-                                             item->first + r / group, first_pos + r / group, ctx, a);
+            const int64_t t = item->first + r / group, pos = first_pos + r / group;
+            const int64_t low = a->window ? (new_pos ? new_pos[t - lo] : pos) - a->window + 1 : 0;
+            const float best = PAK_V(scores)(p, sc->q + r * padded, keys, k_stride, count, key0, t, pos, ctx,
+                                             low, new_pos, a);
             PAK_V(softmax_step)(p, best, acc, sc->m + r, sc->l + r, padded);
             if (count == PAK_ATTN_CHUNK) /* the full chunk's loop unrolled */
                 PAK_V(accumulate)(acc, p, values, v_stride, PAK_ATTN_CHUNK, padded);

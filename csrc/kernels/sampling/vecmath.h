@@ -1,4 +1,4 @@
-/* Internal: 16-lane vector types (GCC vector extensions), loads, and exp(x) for x <= 0 in float.
+/* Internal: 16-lane vector types (GCC vector extensions), loads, exp(x) for x <= 0 and tanh in float.
  *
  * The vectors are lowered to whatever the enclosing target provides (4 x SSE2, 2 x AVX2 or one
  * AVX-512 register), and every lane does the same IEEE operations, so results do not depend on the
@@ -57,6 +57,18 @@ PAK_INLINE pak_v16f pak_expf_nonpos16(pak_v16f x)
     q = q * r + 1.0f;
     const pak_v16i scale_bits = ((pak_v16i)t - PAK_SHIFTER_BITS + 127) << 23; /* 2^n, n in [-126, 0] */
     return pak_select16(ok, q * (pak_v16f)scale_bits, zero);
+}
+
+/* tanh(x) lane by lane: (1 - e) / (1 + e) with e = exp(-2|x|) from pak_expf_nonpos16, and x's sign.
+ * Absolute error a few float ulp of 1 (so relatively coarser for |x| below ~1e-3); |x| above ~43.5
+ * gives exactly +-1; NaN stays NaN. */
+PAK_INLINE pak_v16f pak_tanhf16(pak_v16f x)
+{
+    const pak_v16i sign = (pak_v16i)x & INT32_MIN;
+    const pak_v16f magnitude = (pak_v16f)((pak_v16i)x & INT32_MAX);
+    const pak_v16f e = pak_expf_nonpos16(magnitude * -2.0f);
+    const pak_v16f t = (1.0f - e) / (1.0f + e);
+    return (pak_v16f)((pak_v16i)pak_select16(magnitude == magnitude, t, x) | sign);
 }
 
 /* Sixteen floats; lanes past `count` (< 16) read as -inf. */

@@ -2,8 +2,9 @@
 
 Same contract as the C kernel (``include/pyagent/attention.h``): writes the new keys/values at their
 slots, then attends sequence by sequence over the positions gathered through the block table, in
-float32, causally or as the tree mask says. Agrees with the C kernel within float rounding (the C
-kernel scales the queries before the dot products and accumulates the softmax online).
+float32, causally or as the tree mask says, within the sliding window, with capped scores. Agrees
+with the C kernel within float rounding (the C kernel scales the queries before the dot products
+and accumulates the softmax online).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def paged_attention_torch(
     query_start_loc: torch.Tensor,
     scale: float,
     tree_mask: torch.Tensor | None,
+    window: int | None = None,
+    soft_cap: float | None = None,
 ) -> torch.Tensor:
     """Write ``k``/``v`` at ``slot_mapping`` and return the attention output (arguments already checked)."""
     _, _, block_size, num_kv_heads, head_size = kv_cache.shape
@@ -41,9 +44,18 @@ def paged_attention_torch(
         keys, values = flat[0, slots].float(), flat[1, slots].float()
         queries = q[lo:hi].float().view(hi - lo, num_kv_heads, group, head_size)
         scores = torch.einsum("qhgd,khd->hgqk", queries, keys) * scale
-        visible = positions.unsqueeze(0) <= torch.arange(context, seq_len).unsqueeze(1)
+        if soft_cap is not None:
+            scores = soft_cap * torch.tanh(scores / soft_cap)
+        query_pos = torch.arange(context, seq_len)
+        visible = positions.unsqueeze(0) <= query_pos.unsqueeze(1)
         if tree_mask is not None:
             visible[:, context:] = tree_mask[lo:hi, : hi - lo]
+        if window is not None:
+            key_pos = positions
+            if tree_mask is not None:  # positions in the text: ctx + depth in the draft tree
+                query_pos = context + visible[:, context:].sum(dim=1) - 1
+                key_pos = torch.cat((positions[:context], query_pos))
+            visible &= key_pos.unsqueeze(0) > (query_pos - window).unsqueeze(1)
         scores = scores.masked_fill(~visible, float("-inf"))
         peak = scores.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
         weights = (scores - peak).exp()

@@ -42,6 +42,8 @@ def paged_attention(
     query_start_loc: torch.Tensor,
     scale: float,
     tree_mask: torch.Tensor | None = None,
+    window: int | None = None,
+    soft_cap: float | None = None,
     backend: Backend = "auto",
     threads: int = 1,
 ) -> torch.Tensor:
@@ -52,7 +54,9 @@ def paged_attention(
     ``seq_lens[s] - 1``; position ``p`` lives at block ``block_tables[s, p // block_size]``, offset
     ``p % block_size``. Each new token sees every cached position of its sequence and the new tokens
     up to itself, or (``tree_mask``) the ``j``-th new token of its sequence where
-    ``tree_mask[t, j]``. A token that sees no position gets zeros. One call is
+    ``tree_mask[t, j]``; with a ``window``, only the positions ``j`` with ``pos - window < j <= pos``
+    of those (with a tree mask, positions in the text: ``ctx + `` the number of new tokens of its
+    sequence a token's row sees ``- 1``). A token that sees no position gets zeros. One call is
     ``PagedLayout(block_tables, ...).attend(q, k, v, kv_cache, ...)``.
 
     Args:
@@ -66,6 +70,9 @@ def paged_attention(
         query_start_loc: int32 ``[num_seqs + 1]``.
         scale: finite factor for ``q . k``.
         tree_mask: optional bool ``[num_tokens, width]``, ``width`` at least the longest query.
+        window: a sliding window (positive), or ``None`` for none.
+        soft_cap: a positive cap ``c``: scores ``s = scale * q . k`` become ``c * tanh(s / c)``;
+            ``None`` leaves them as they are.
         backend: "auto" (C if built, else torch with a one-time warning), "c" or "torch".
         threads: most threads the C kernel spreads (sequence, kv head, query tile) items over (the
             caller and the persistent helpers it shares with the linear kernel), when there are at
@@ -82,7 +89,8 @@ def paged_attention(
     """
     layout = PagedLayout(block_tables=block_tables, slot_mapping=slot_mapping, seq_lens=seq_lens,
                          query_start_loc=query_start_loc, tree_mask=tree_mask)
-    return layout.attend(q, k, v, kv_cache, scale=scale, backend=backend, threads=threads)
+    return layout.attend(q, k, v, kv_cache, scale=scale, window=window, soft_cap=soft_cap, backend=backend,
+                         threads=threads)
 
 
 class PagedLayout:
@@ -158,19 +166,26 @@ class PagedLayout:
             raise error
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, *, scale: float,
-               backend: Backend = "auto", threads: int = 1) -> torch.Tensor:
+               window: int | None = None, soft_cap: float | None = None, backend: Backend = "auto",
+               threads: int = 1) -> torch.Tensor:
         """:func:`paged_attention` of one layer's tensors with this metadata."""
         if not self._fits(q, k, v, kv_cache):
             self._check_layer(q, k, v, kv_cache)
         if not isinstance(scale, (float, int)) or not math.isfinite(scale):
             raise KernelArgumentError(f"scale={scale!r} must be a finite number (usually head_size ** -0.5)")
+        if window is not None and (type(window) is not int or window < 1):
+            raise KernelArgumentError(f"window={window!r} must be a positive int (None: no sliding window)")
+        if soft_cap is not None and (isinstance(soft_cap, bool) or not isinstance(soft_cap, (float, int))
+                                     or not 0 < soft_cap < math.inf):
+            raise KernelArgumentError(f"soft_cap={soft_cap!r} must be a positive finite number (None: no capping)")
         if not isinstance(threads, int) or threads < 1:
             raise KernelArgumentError(f"threads={threads!r} must be a positive int (1: the calling thread only)")
         _, num_blocks, block_size, num_kv_heads, head_size = kv_cache.shape
         ext = _extension.c_extension(backend, "paged_attention")
         if ext is None:
             self._check_values(num_blocks, block_size)
-            return paged_attention_torch(q, k, v, kv_cache, *self.metadata, float(scale), self.tree_mask)
+            return paged_attention_torch(q, k, v, kv_cache, *self.metadata, float(scale), self.tree_mask, window,
+                                         None if soft_cap is None else float(soft_cap))
         ffi, lib = ext.ffi, ext.lib
         out = torch.empty_like(q)
         rc = lib.pak_paged_attention(
@@ -178,7 +193,7 @@ class PagedLayout:
             ffi.cast("void *", v.data_ptr()), ffi.cast("void *", kv_cache.data_ptr()),
             lib.PAK_ATTN_BF16 if q.dtype is torch.bfloat16 else lib.PAK_ATTN_F32,
             self.num_tokens, q.shape[1], num_kv_heads, head_size, num_blocks, block_size,
-            *self._c_arguments(ffi), float(scale), threads, self._err_index,
+            *self._c_arguments(ffi), float(scale), window or 0, float(soft_cap or 0.0), threads, self._err_index,
         )
         if rc:
             if rc in (lib.PAK_EPARAM, lib.PAK_EINDEX):

@@ -7,9 +7,9 @@ so a sequence gives the same tokens alone or batched. bfloat16 is multiplied exa
 and rounded once (nearest, ties to even); on CPUs with AVX-512 BF16 the dot-product instruction
 does the work. Every instruction-set variant gives the same bits for normal numbers.
 
-The weight may also be a :class:`~pyagent_kernels.quantized.QuantizedWeight` (GGUF Q4_0, Q4_1 or
-Q8_0 blocks): the kernel decodes it as it goes and gives the bits of the product with the dequantized
-matrix, reading a quarter to a half of the bytes.
+The weight may also be a :class:`~pyagent_kernels.quantized.QuantizedWeight` (GGUF Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks): the kernel decodes it as it goes and gives the bits of the
+product with the dequantized matrix, reading 5 to 10 bits per weight instead of 16 or 32.
 
 The pure-torch fallback (:mod:`pyagent_kernels._linear_torch`) is batch-invariant too but sums in
 another order, so its bits differ from the C kernel's. :func:`prepare_linear` checks a product on

@@ -19,7 +19,6 @@ import attrs
 import torch
 
 from pyagent_core.errors import ConfigError, RequestError
-from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
@@ -27,13 +26,15 @@ from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.attention_choice import build_attention
 from pyagent_engine.isolation import describe, run_isolated
-from pyagent_engine.models.llama import allocate_kv_caches
+from pyagent_engine.logprob_scoring import LogprobRecorder, recorder_for, token_logprobs
+from pyagent_engine.logprobs import LOGPROBS_MODES, TokenLogprob
+from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.output import TextTracker
 from pyagent_engine.params import SamplingParams
-from pyagent_engine.prefix_cache import build_block_pool, cache_counters, check_cache_config
+from pyagent_engine.prefix_cache import CacheCounters, build_block_pool, check_cache_config
 from pyagent_engine.request import Request, RequestMetrics, RequestOutput, RequestStatus
-from pyagent_engine.runner import ModelRunner, torch_on_one_thread
+from pyagent_engine.runner import ModelRunner, StepLogits, torch_on_one_thread
 from pyagent_engine.sampling import SamplerChain
 from pyagent_engine.scheduler import ScheduledChunk, Scheduler
 from pyagent_engine.scheduling import build_scheduling_policy
@@ -58,6 +59,9 @@ class EngineConfig:
         offload_blocks: capacity in blocks of the host-memory tier that evicted blocks go down to (0: none).
         scheduler: the scheduling policy: waiting-queue order and preemption victim (default: the
             registry's selection, see :mod:`pyagent_engine.scheduling`); ``scheduler_options`` its options.
+        logprobs_mode: which distribution generated tokens' logprobs come from: ``"raw"`` (the
+            model's logits) or ``"processed"`` (after the grammar mask and the sampler chain); see
+            :mod:`pyagent_engine.logprobs`.
     """
 
     block_size: int = 16
@@ -71,6 +75,7 @@ class EngineConfig:
     offload_blocks: int = 0
     scheduler: str | None = None
     scheduler_options: Mapping[str, Any] = attrs.field(factory=dict)
+    logprobs_mode: str = "raw"
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -79,6 +84,8 @@ class EngineConfig:
         gib = self.kv_cache_gib
         if not (isinstance(gib, (int, float)) and math.isfinite(gib) and gib > 0):
             raise ConfigError(f"kv_cache_gib must be a positive number of GiB, got {gib}")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise ConfigError(f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}")
         check_cache_config(self)
 
 
@@ -97,7 +104,8 @@ def request_info(request: Request) -> RequestInfo:
         output_token_ids=request.output_token_ids,
         params={**params.sampler_params(), "max_tokens": params.max_tokens, "stop": params.stop,
                 "stop_token_ids": params.stop_token_ids, "ignore_eos": params.ignore_eos},
-        arrival_time=request.arrival_time, first_token_time=request.first_token_time,
+        arrival_time=request.arrival_time, scheduled_time=request.scheduled_time,
+        first_token_time=request.first_token_time, token_times=request.token_times,
         finish_time=request.finish_time, num_cached_tokens=request.num_cached_tokens,
         num_preemptions=request.num_preemptions, finish_reason=request.finish_reason, error=request.error,
     )
@@ -129,9 +137,9 @@ class Engine:
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
         model_config = loaded.config
-        attention_context = AttentionContext(
-            num_heads=model_config.num_heads, head_size=model_config.head_dim, num_kv_heads=model_config.num_kv_heads,
-            scale=model_config.attention_scale, block_size=self.config.block_size, dtype=_dtype_name(loaded.dtype))
+        attention_context = loaded.model.attention_context(model_config, self.config.block_size,
+                                                           _dtype_name(loaded.dtype))
+        self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
         bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
@@ -146,6 +154,7 @@ class Engine:
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
                                    self.config.max_num_batched_tokens, policy)
+        self._cache_counters = CacheCounters(pool)
         self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
@@ -181,6 +190,12 @@ class Engine:
             problems.append(f"head size {cfg.head_dim}")
         if spec.block_sizes and self.config.block_size not in spec.block_sizes:
             problems.append(f"block size {self.config.block_size}")
+        context = self.attention_context
+        windows = sorted({w for w in context.sliding_windows if w is not None})
+        if windows and not spec.sliding_window:
+            problems.append(f"sliding-window attention (the model's window: {', '.join(map(str, windows))})")
+        if context.logits_soft_cap is not None and not spec.logits_soft_cap:
+            problems.append(f"attention logit soft-capping (the model caps scores at {context.logits_soft_cap})")
         return "it does not support " + "; ".join(problems) if problems else None
 
     @property
@@ -291,9 +306,15 @@ class Engine:
         outputs.extend(self._finish(c.request, "error", f"model step failed: {why}") for c, why in ran.failed)
         for chunk in ran.kept:
             chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
+        if ran.result is not None:
+            self._score_prompts(ran.result)
         sampled = [c.request for c in ran.kept if c.sample]
+        before = [len(r.output_token_ids) for r in sampled]
         if sampled and ran.result is not None:
-            outputs.extend(self._sample(sampled, ran.result))
+            outputs.extend(self._sample(sampled, ran.result.sampled))
+        generated = [len(r.output_token_ids) - count for r, count in zip(sampled, before, strict=True)]
+        first_prompts = sum(len(r.prompt_token_ids) for r, count, new in zip(sampled, before, generated, strict=True)
+                            if count == 0 < new)  # requests that got their first token this step
         self._fire("pyagent_step_finished", stats=StepStats(**{
             "num_scheduled_tokens": plan.num_tokens,
             "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
@@ -304,11 +325,21 @@ class Engine:
             "kv_blocks_free": self.scheduler.pool.num_free,
             "kv_blocks_total": self.num_blocks,
             "num_cached_tokens": plan.num_cached_tokens,
-            **cache_counters(self.scheduler.pool),
+            "num_prompt_tokens": first_prompts,
+            "num_generation_tokens": sum(generated),
+            **self._cache_counters.take(),
             **({} if self.speculative is None
                else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
         }))
+
+    @staticmethod
+    def _score_prompts(logits: StepLogits) -> None:
+        """Add the prompt logprobs of the positions computed this step (always raw: the model's logits)."""
+        for request, positions, rows in logits.prompt:
+            assert request.prompt_logprobs is not None and request.params.prompt_logprobs is not None
+            tokens = request.prompt_token_ids[positions.start + 1:positions.stop + 1]
+            request.prompt_logprobs.extend(token_logprobs(rows, tokens, [request.params.prompt_logprobs] * len(tokens)))
 
     def _sample(self, sampled: list[Request], logits: torch.Tensor) -> list[RequestOutput]:
         """Choose each request's tokens and append them; a request that sampling fails on ends alone."""
@@ -317,11 +348,13 @@ class Engine:
             sampled, lambda requests: self._choose(requests, self._rows(sampled, logits, requests), self.sampler),
             lambda request: self._choose([request], self._rows(sampled, logits, [request]), self._probe_sampler()))
         outputs = [self._finish(r, "error", f"sampling failed: {why}") for r, why in chosen.failed]
-        for request, tokens in zip(chosen.kept, chosen.result or (), strict=True):
-            outputs.extend(self._emit(request, tokens, now))
+        tokens, records = chosen.result or ([], None)
+        for i, request in enumerate(chosen.kept):
+            record = records[i] if records is not None and request.logprobs is not None else None
+            outputs.extend(self._emit(request, tokens[i], record, now))
         return outputs
 
-    def _execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
+    def _execute(self, chunks: Sequence[ScheduledChunk]) -> StepLogits:
         return self.runner.execute(chunks, [c.request for c in chunks if c.sample])
 
     def _probe_sampler(self) -> SamplerChain:
@@ -342,24 +375,46 @@ class Engine:
         index = [i for r in requests for i in range(starts[id(r)], starts[id(r)] + 1 + len(r.draft or ()))]
         return logits.index_select(0, torch.tensor(index, dtype=torch.long))
 
-    def _choose(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain) -> list[list[int]]:
+    def _choose(self, requests: Sequence[Request], logits: torch.Tensor,
+                sampler: SamplerChain) -> tuple[list[list[int]], list[list[TokenLogprob]] | None]:
         """The tokens each request emits: the sampled one, or those of its verified draft
-        (see :mod:`pyagent_engine.speculative`), under its grammar's mask."""
-        if self.speculative is None:
+        (see :mod:`pyagent_engine.speculative`), under its grammar's mask; and, when any request
+        asks for logprobs, each emitted token's record (see :mod:`pyagent_engine.logprobs`)."""
+        recorder = recorder_for([r.params.logprobs for r in requests], self.config.logprobs_mode)
+        if self.speculative is not None:
+            constrained = any(self.structured.params_of(r) is not None for r in requests)
+            emitted = self.speculative.verify(requests, logits, sampler,
+                                              mask=self.structured.apply_masks if constrained else None,
+                                              recorder=recorder)
+            return emitted, None if recorder is None else recorder.records
+        if recorder is None:
             self.structured.apply_masks(requests, logits)
-            return [[token] for token in sampler.sample(requests, logits)]
-        constrained = any(self.structured.params_of(r) is not None for r in requests)
-        return self.speculative.verify(requests, logits, sampler,
-                                       mask=self.structured.apply_masks if constrained else None)
+            return [[token] for token in sampler.sample(requests, logits)], None
+        return self._choose_recorded(requests, logits, sampler, recorder)
 
-    def _emit(self, request: Request, tokens: Sequence[int], now: float) -> list[RequestOutput]:
-        """Commit a verified draft's keys and values, then append ``tokens`` until the request finishes."""
+    def _choose_recorded(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+                         recorder: LogprobRecorder) -> tuple[list[list[int]], list[list[TokenLogprob]]]:
+        """:meth:`_choose` without speculation for a batch where some request asks for logprobs."""
+        raw = recorder.score(logits) if recorder.raw else None  # before the grammar mask changes the rows
+        self.structured.apply_masks(requests, logits)
+        if raw is not None:
+            tokens = sampler.sample(requests, logits)
+            recorder.record(raw, tokens)
+        else:
+            tokens, processed = sampler.sample_processed(requests, logits)
+            recorder.record(recorder.score(processed), tokens)
+        return [[token] for token in tokens], recorder.records
+
+    def _emit(self, request: Request, tokens: Sequence[int], records: Sequence[TokenLogprob] | None,
+              now: float) -> list[RequestOutput]:
+        """Commit a verified draft's keys and values, then append ``tokens`` (with their logprob
+        ``records``, when the request asks for them) until the request finishes."""
         outputs = []
         try:
             if self.speculative is not None:
                 self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
-            for token in tokens:
-                outputs.append(self._append_sampled(request, token, now))
+            for i, token in enumerate(tokens):
+                outputs.append(self._append_sampled(request, token, now, None if records is None else records[i]))
                 if outputs[-1].finished:
                     break
         except Exception as error:  # detokenizing or a grammar failing on this request ends it alone
@@ -379,11 +434,20 @@ class Engine:
             self.scheduler.add(request)
         return [self._finish(request, "error", str(error)) for request, error in failed]
 
-    def _append_sampled(self, request: Request, token: int, now: float) -> RequestOutput:
-        """Append a sampled token (through the request's grammar, if any), then the tokens it forces."""
+    def _append_sampled(self, request: Request, token: int, now: float,
+                        record: TokenLogprob | None = None) -> RequestOutput:
+        """Append a sampled token (through the request's grammar, if any), then the tokens it forces.
+
+        A request that asks for logprobs gets no forced tokens: jump-forward appends them without
+        computing their logits, so they would have none; they are sampled (under the mask) instead.
+        """
         problem = self.structured.accept(request, token)
         if problem is not None:
             return self._finish(request, "error", problem)
+        if request.logprobs is not None:
+            assert record is not None and record.token_id == token
+            request.logprobs.append(record)
+            return self._append(request, token, now)
         output = self._append(request, token, now)
         for forced in [] if output.finished else self.structured.jump_forward(request):
             later = self._append(request, forced, now)
@@ -394,6 +458,7 @@ class Engine:
 
     def _append(self, request: Request, token: int, now: float) -> RequestOutput:
         request.output_token_ids.append(token)
+        request.token_times.append(now)
         if request.first_token_time is None:
             request.first_token_time = now
         tracker = self.trackers[request.request_id]
@@ -441,6 +506,8 @@ class Engine:
             output_token_ids=list(request.output_token_ids), text=tracker.text, delta=tracker.delta(final),
             finished=final, finish_reason=request.finish_reason, error=request.error, metrics=metrics,
             num_cached_tokens=request.num_cached_tokens, structured=self.structured.report(request),
+            logprobs=None if request.logprobs is None else list(request.logprobs),
+            prompt_logprobs=None if request.prompt_logprobs is None else list(request.prompt_logprobs),
         )
 
     def close(self) -> list[RequestOutput]:

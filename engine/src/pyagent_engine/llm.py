@@ -36,7 +36,7 @@ class LLM:
     Args:
         model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
         dtype: ``"float32"`` (default, see :data:`~pyagent_engine.models.config.DEFAULT_DTYPE`) or ``"bfloat16"``.
-        quantized: keep a GGUF's Q4_0/Q4_1/Q8_0 matrices in their blocks (same results, fewer bytes
+        quantized: keep a GGUF's block-quantized matrices in their blocks (same results, fewer bytes
             read per token); false dequantizes them at load.
         attention: attention backend name; ``attention_options`` its options.
         samplers: logits processors in chain order (names or an order string; default: the default order).

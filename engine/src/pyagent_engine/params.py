@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from pyagent_core.errors import RequestError
+from pyagent_engine.logprobs import MAX_LOGPROBS
 from pyagent_engine.structured.params import StructuredOutputParams
 
 
@@ -46,6 +47,10 @@ class SamplingParams:
         deadline_s: seconds after arrival by which the first token is due, for deadline-aware
             scheduling policies (``edf``); ``None``: no deadline.
         tenant: who sends the request, for tenant-fair scheduling policies (``fair``); ``None``: anonymous.
+        logprobs: report each generated token's log probability and rank with this many most likely
+            alternatives (0 to 20; ``None``: no logprobs); see :mod:`pyagent_engine.logprobs`.
+        prompt_logprobs: the same for each prompt token after the first (0 to 20; ``None``: none);
+            such a request computes its whole prompt: it reads no blocks from the prefix cache.
     """
 
     max_tokens: int = 128
@@ -63,6 +68,8 @@ class SamplingParams:
     priority: int = 0
     deadline_s: float | None = None
     tenant: str | None = None
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(isinstance(self.max_tokens, int) and self.max_tokens > 0,
@@ -96,6 +103,12 @@ class SamplingParams:
                "give a positive number of seconds (or none)")
         _check(self.tenant is None or (isinstance(self.tenant, str) and self.tenant != ""),
                f"tenant must be a non-empty string or None, got {self.tenant!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            _check(value is None or (isinstance(value, int) and not isinstance(value, bool)
+                                     and 0 <= value <= MAX_LOGPROBS),
+                   f"{name} must be an integer from 0 to {MAX_LOGPROBS} (how many most likely alternatives to "
+                   f"report per token) or None for no logprobs, got {value!r}")
 
     @property
     def greedy(self) -> bool:

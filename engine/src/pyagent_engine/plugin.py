@@ -1,6 +1,6 @@
 """The engine's plugin module (entry point ``engine`` in the ``pyagent`` group).
 
-It adds ``generate``, ``chat`` and ``bench`` to the ``pyagent`` command line through
+It adds ``generate``, ``chat``, ``serve`` and ``bench`` to the ``pyagent`` command line through
 ``pyagent_register_commands``, and its rows to ``pyagent doctor`` through ``pyagent_doctor_checks``,
 as any third party would. Imported on every CLI start and while listing: keep it light (no torch).
 """
@@ -17,10 +17,11 @@ from pyagent_core.records import DoctorCheck
 
 @hookimpl
 def pyagent_register_commands(app: typer.Typer) -> None:
-    """Add ``generate``, ``chat`` and the ``bench`` group to ``app``."""
-    from pyagent_engine.cli import bench, generate
+    """Add ``generate``, ``chat``, ``serve`` and the ``bench`` group to ``app``."""
+    from pyagent_engine.cli import bench, generate, serve
 
     generate.register(app)
+    serve.register(app)
     app.add_typer(bench.app, name="bench")
 
 
@@ -35,6 +36,14 @@ def kernels_check() -> DoctorCheck:
         return DoctorCheck("C kernels", True, "compiled" + (f" ({status['isa']})" if status.get("isa") else ""))
     return DoctorCheck("C kernels", False, f"torch fallback: {status['reason']}",
                        "reinstall pyagent-kernels with a C compiler available")
+
+
+@hookimpl
+def pyagent_check_model(path: str) -> list[DoctorCheck]:
+    """Whether the model at ``path`` can run: file, architecture served, block types, tokenizer, template."""
+    from pyagent_engine.models.diagnosis import diagnose_model
+
+    return diagnose_model(path)
 
 
 @hookimpl

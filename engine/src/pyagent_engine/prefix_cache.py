@@ -11,7 +11,9 @@ host memory and comes back up on a later hit.
 
 Per request, ``SamplingParams.cache_salt`` isolates tenants (mixed into the first block's hash) and
 ``SamplingParams.skip_prefix_cache`` keeps a request out of the cache entirely: it neither reads
-cached blocks nor publishes its own.
+cached blocks nor publishes its own. A request that asks for prompt logprobs
+(``SamplingParams.prompt_logprobs``) needs the logits of every prompt position, so until they are
+all scored it reads nothing from the cache (as vLLM does); it still publishes its blocks.
 """
 
 from __future__ import annotations
@@ -136,8 +138,11 @@ class PrefixCachingBlockPool(BlockPool):
         return request.block_hashes
 
     def _lookable_blocks(self, request: Request) -> int:
-        """Full blocks that may come from the cache: never the one holding the last token."""
-        return 0 if request.params.skip_prefix_cache else (request.num_tokens - 1) // self.block_size
+        """Full blocks that may come from the cache: never the one holding the last token, none for a
+        request that opted out or still needs the logits of its prompt."""
+        if request.params.skip_prefix_cache or request.needs_prompt_logits:
+            return 0
+        return (request.num_tokens - 1) // self.block_size
 
     def match_length(self, request: Request) -> int:
         """Tokens of ``request`` a lookup would find cached now (device or offload tier); changes nothing."""
@@ -231,17 +236,35 @@ def build_block_pool(config: EngineConfig, num_blocks: int, kv_caches: list[torc
     return pool, selection
 
 
-def cache_counters(pool: BlockPool) -> dict[str, Any]:
-    """Prefix-cache counters for the step-stats hook (empty for a pool without caching)."""
-    if not isinstance(pool, PrefixCachingBlockPool):
-        return {}
-    counters: dict[str, Any] = {
-        "kv_blocks_cached": pool.num_cached,
-        "prefix_cache_queried_tokens": pool.stats.queried_tokens,
-        "prefix_cache_hit_tokens": pool.stats.hit_tokens,
-        "prefix_cache_evicted_blocks": pool.stats.evicted_blocks,
-    }
-    if pool.offload is not None:
-        counters.update(offload_blocks_used=len(pool.offload), offload_blocks_saved=pool.offload.num_saved,
-                        offload_blocks_loaded=pool.offload.num_loaded)
-    return counters
+class CacheCounters:
+    """The prefix-cache figures of each step for the step-stats hook, from a pool's running totals.
+
+    :meth:`take` returns the gauges (``kv_blocks_cached``, ``offload_blocks_used``) as they are and the
+    counters (queried and hit tokens, evicted, saved and loaded blocks) as their growth since the previous
+    call; nothing for a pool without caching.
+    """
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self._reported: dict[str, int] = {}
+
+    def _totals(self, pool: PrefixCachingBlockPool) -> dict[str, int]:
+        totals = {"prefix_cache_queried_tokens": pool.stats.queried_tokens,
+                  "prefix_cache_hit_tokens": pool.stats.hit_tokens,
+                  "prefix_cache_evicted_blocks": pool.stats.evicted_blocks}
+        if pool.offload is not None:
+            totals.update(offload_blocks_saved=pool.offload.num_saved, offload_blocks_loaded=pool.offload.num_loaded)
+        return totals
+
+    def take(self) -> dict[str, Any]:
+        """This step's figures (see the class docstring)."""
+        pool = self.pool
+        if not isinstance(pool, PrefixCachingBlockPool):
+            return {}
+        totals = self._totals(pool)
+        step = {name: total - self._reported.get(name, 0) for name, total in totals.items()}
+        self._reported = totals
+        gauges = {"kv_blocks_cached": pool.num_cached}
+        if pool.offload is not None:
+            gauges["offload_blocks_used"] = len(pool.offload)
+        return {**gauges, **step}

@@ -10,6 +10,7 @@ import attrs
 
 from pyagent_core.interfaces.proposer import DraftTree
 from pyagent_engine.block_hash import BlockHash
+from pyagent_engine.logprobs import TokenLogprob
 from pyagent_engine.params import SamplingParams
 
 if TYPE_CHECKING:
@@ -35,7 +36,11 @@ class Request:
     With speculative decoding, ``draft`` is the draft verified with it this step (see
     :mod:`pyagent_engine.speculative`) and ``accepted_nodes`` the nodes verification accepted.
     ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
-    scheduling policy sees.
+    scheduling policy sees. ``scheduled_time`` is when it was first admitted from the waiting queue and
+    ``token_times`` when each output token was appended (``time.perf_counter()`` readings).
+    ``logprobs`` holds a record per output token and ``prompt_logprobs`` one per prompt token
+    scored so far (``None`` first: the first token follows nothing) when the request asks for them
+    (:mod:`pyagent_engine.logprobs`); otherwise they are ``None``.
     """
 
     request_id: str
@@ -49,7 +54,9 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     error: str | None = None
+    scheduled_time: float | None = None
     first_token_time: float | None = None
+    token_times: list[float] = attrs.field(factory=list)
     finish_time: float | None = None
     num_preemptions: int = 0
     block_hashes: list[BlockHash] = attrs.field(factory=list)
@@ -57,6 +64,27 @@ class Request:
     draft: DraftTree | None = None
     accepted_nodes: list[int] = attrs.field(factory=list)
     num_served_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.params.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None]
+
+    def prompt_positions(self, start: int, stop: int) -> range:
+        """Positions of ``start:stop`` whose logits score a prompt token not scored yet (the logits
+        at position ``p`` give token ``p + 1``); empty unless the request asks for prompt logprobs."""
+        if self.prompt_logprobs is None:
+            return range(0)
+        return range(max(start, len(self.prompt_logprobs) - 1), min(stop, len(self.prompt_token_ids) - 1))
+
+    @property
+    def needs_prompt_logits(self) -> bool:
+        """True while prompt logprobs are asked for and not all scored: the prompt must be computed,
+        not taken from the prefix cache."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_token_ids)
 
     @property
     def num_tokens(self) -> int:
@@ -94,6 +122,9 @@ class RequestOutput:
     ``error`` is set (with ``finish_reason == "error"``) when this request failed; the others go on.
     ``num_cached_tokens``: prompt tokens served from the prefix cache instead of being computed.
     ``structured``: for a constrained request, the grammar backend serving it and its jump-forward count.
+    ``logprobs``: when the request asks (``SamplingParams.logprobs``), one record per token of
+    ``output_token_ids``; ``prompt_logprobs`` (``SamplingParams.prompt_logprobs``): one per prompt
+    token, ``None`` for the first (see :mod:`pyagent_engine.logprobs`). ``None`` otherwise.
     """
 
     request_id: str
@@ -108,3 +139,5 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
     num_cached_tokens: int = 0
     structured: StructuredReport | None = None
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None

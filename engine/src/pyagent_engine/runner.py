@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
@@ -34,6 +35,16 @@ def torch_on_one_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@attrs.frozen
+class StepLogits:
+    """What a step's forward returns: ``sampled``, the logits rows of the sampled requests (see
+    :meth:`ModelRunner.execute`), and ``prompt``, for each request that asks for prompt logprobs,
+    the positions computed this step that score a prompt token and their logits rows."""
+
+    sampled: torch.Tensor
+    prompt: tuple[tuple[Request, range, torch.Tensor], ...] = ()
+
+
 class ModelRunner:
     """Owns the KV caches and calls ``model.forward`` once per step.
 
@@ -53,11 +64,13 @@ class ModelRunner:
         self.block_size = block_size
         self.threads = torch.get_num_threads()
 
-    def execute(self, chunks: Sequence[ScheduledChunk], sampled: Sequence[Request]) -> torch.Tensor:
+    def execute(self, chunks: Sequence[ScheduledChunk], sampled: Sequence[Request]) -> StepLogits:
         """Compute the chunks' tokens; return logits ``[len(sampled), vocab]`` in ``sampled`` order.
 
         A request carrying a draft (``request.draft``) gets ``1 + len(draft)`` rows instead of one:
-        its last real token, then each draft node (see :mod:`pyagent_engine.speculative`).
+        its last real token, then each draft node (see :mod:`pyagent_engine.speculative`). A request
+        that asks for prompt logprobs also gets the rows of its positions that score prompt tokens
+        (:meth:`Request.prompt_positions`), in :attr:`StepLogits.prompt`.
         """
         ids: list[int] = []
         positions: list[int] = []
@@ -65,6 +78,7 @@ class ModelRunner:
         seq_lens: list[int] = []
         starts = [0]
         rows: dict[int, range] = {}
+        prompt: list[tuple[Request, range, range]] = []  # request, positions, their token indices
         bs = self.block_size
         for chunk in chunks:
             request = chunk.request
@@ -79,6 +93,10 @@ class ModelRunner:
             if draft is not None:
                 ids.extend(draft.token_ids)
                 positions[len(positions) - len(draft):] = draft_positions(start, draft)
+            scored = request.prompt_positions(start, stop)
+            if scored:
+                first = starts[-1] + scored.start - start
+                prompt.append((request, scored, range(first, first + len(scored))))
             seq_lens.append(stop)
             starts.append(starts[-1] + chunk.num_tokens)
             rows[id(request)] = range(starts[-1] - 1 - (0 if draft is None else len(draft)), starts[-1])
@@ -93,9 +111,20 @@ class ModelRunner:
             max_seq_len=max(seq_lens),
             tree_mask=tree_mask(chunks, max(c.num_tokens for c in chunks)),
         )
-        logits_indices = torch.tensor([i for r in sampled for i in rows[id(r)]], dtype=torch.long)
+        indices = [i for r in sampled for i in rows[id(r)]]
+        num_sampled = len(indices)
+        for _, _, token_indices in prompt:
+            indices.extend(token_indices)
         with torch.inference_mode():
-            return self.model.forward(
+            logits = self.model.forward(
                 torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
-                self.kv_caches, metadata, self.attention, logits_indices, threads=self.threads,
+                self.kv_caches, metadata, self.attention, torch.tensor(indices, dtype=torch.long),
+                threads=self.threads,
             )
+        if not prompt:
+            return StepLogits(logits)
+        parts, row = [], num_sampled
+        for request, scored, _ in prompt:
+            parts.append((request, scored, logits[row:row + len(scored)]))
+            row += len(scored)
+        return StepLogits(logits[:num_sampled], tuple(parts))

@@ -235,24 +235,25 @@ class SamplerChain:
         for sampler in (*self.processors, self.greedy, self.random):
             sampler.update_state(update)
 
-    def _active(self, greedy: Sequence[bool]) -> list[LogitsProcessor]:
+    def _active(self, greedy: Sequence[bool], whole: bool = False) -> list[LogitsProcessor]:
         """The processors to run for rows with these greedy flags: an all-greedy batch stops after
-        the last one that can change an argmax; processors that leave the batch unchanged
-        (``leaves_batch_unchanged``) are skipped."""
-        chain = self.processors[:self.greedy_prefix] if all(greedy) else self.processors
+        the last one that can change an argmax (unless ``whole``); processors that leave the batch
+        unchanged (``leaves_batch_unchanged``) are skipped."""
+        chain = self.processors[:self.greedy_prefix] if all(greedy) and not whole else self.processors
         return [p for p in chain if not p.leaves_batch_unchanged()]
 
-    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int] | None:
+    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor,
+                    whole: bool = False) -> list[int] | None:
         """The greedy token of every row of ``logits`` when sampling ``requests`` is a plain argmax
-        (every request greedy, and no processor would change a row: see ``leaves_batch_unchanged``),
-        else None.
+        (every request greedy, and no processor would change a row: see ``leaves_batch_unchanged``;
+        with ``whole``, no processor of the whole chain, as :meth:`sample_processed` runs it), else None.
 
         That holds until the batch changes, whatever the requests generate, so ``logits`` may hold
         any number of rows per request - verification chooses every draft position at once.
         """
         self._sync(requests)
         greedy = [r.params.greedy for r in requests]
-        if not all(greedy) or self._active(greedy):
+        if not all(greedy) or self._active(greedy, whole):
             return None
         tokens: list[int] = self.greedy.select(logits.float()).tolist()
         return tokens
@@ -264,18 +265,38 @@ class SamplerChain:
         Processors that leave the whole batch unchanged are skipped; for an all-greedy batch in
         that order already with no processor left, the greedy selector reads ``logits`` itself.
         """
+        return self._sample(requests, logits, False)[0]
+
+    def sample_processed(self, requests: Sequence[Request], logits: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """:meth:`sample`, also returning the processed logits the tokens were chosen from
+        (``[i]``: ``requests[i]``'s row).
+
+        The whole chain runs, also for an all-greedy batch (whose tokens it cannot change: the
+        processors past the greedy prefix keep the argmax), so a request's processed logits do
+        not depend on what else is in the batch.
+        """
+        tokens, processed = self._sample(requests, logits, True)
+        assert processed is not None
+        return tokens, processed
+
+    def _sample(self, requests: Sequence[Request], logits: torch.Tensor,
+                keep: bool) -> tuple[list[int], torch.Tensor | None]:
         self._sync(requests)
         position = {id(r): i for i, r in enumerate(requests)}
         order = [position[id(r)] for r in self.rows.rows]
         greedy = [r.params.greedy for r in self.rows.rows]
-        all_greedy, processors = all(greedy), self._active(greedy)
+        all_greedy, processors = all(greedy), self._active(greedy, keep)
         in_order = all_greedy and not processors and order == list(range(len(order)))
         batch = (logits if in_order else logits.index_select(0, torch.tensor(order))).float()
         batch = apply_processors(processors, batch)
+        processed = None
+        if keep:  # before selection, in request order
+            row_of = {id(r): i for i, r in enumerate(self.rows.rows)}
+            processed = batch.index_select(0, torch.tensor([row_of[id(r)] for r in requests]))
         if all_greedy:
             chosen = self.greedy.select(batch)
         else:
             chosen = torch.where(torch.tensor(greedy), self.greedy.select(batch), self.random.select(batch))
         tokens = chosen.tolist()
         by_request = {id(r): tokens[i] for i, r in enumerate(self.rows.rows)}
-        return [by_request[id(r)] for r in requests]
+        return [by_request[id(r)] for r in requests], processed

@@ -188,6 +188,8 @@ class Scheduler:
                 if not request.num_preemptions:
                     request.num_cached_tokens = hit
             self.waiting.popleft()
+            if request.scheduled_time is None:
+                request.scheduled_time = time.perf_counter()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             budget -= count

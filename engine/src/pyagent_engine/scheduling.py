@@ -5,8 +5,9 @@ precedence) for the waiting-queue order each step and for a victim when KV block
 shows the policy :class:`~pyagent_core.interfaces.scheduler.RequestView` s of its requests, never
 the requests themselves. :class:`GuardedPolicy` checks every answer: a policy that raises, or whose
 order is not a permutation of the waiting requests or whose victim is not running, is reported with
-a warning and first come, first served decides that step instead, so no request is lost. With no
-scheduling plugin installed at all and none asked for, first come, first served is all there is.
+a warning and first come, first served decides that step instead, so no request is lost; a policy
+that fails to start is reported the same way and first come, first served decides every step. With
+no scheduling plugin installed at all and none asked for, first come, first served is all there is.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def state_of(now: float, waiting: Iterable[RequestView], running: Sequence[Reque
 def build_scheduling_policy(registry: Registry, name: str | None, options: Mapping[str, Any],
                             context: SchedulerContext, prefix_caching: bool,
                             ) -> tuple[GuardedPolicy, Selection[SchedulerSpec] | None]:
-    """The selected policy, guarded, and its selection (``None``: no scheduling plugin is installed).
+    """The selected policy, guarded, and its selection (``None``: no scheduling plugin is installed, or
+    the selected one failed to start, which is reported with a warning: first come, first served then
+    schedules every step).
 
     Raises the registry's selection errors for an unknown or unavailable policy, and
     :class:`ConfigError` for a policy that reads cached prefixes without prefix caching.
@@ -115,5 +118,10 @@ def build_scheduling_policy(registry: Registry, name: str | None, options: Mappi
     if spec.uses_cached_prefix and not prefix_caching:
         raise ConfigError(f"scheduler {spec.name!r} orders by cached prefix and needs prefix caching; "
                           "turn it on (--prefix-caching) or choose another scheduler")
-    policy: SchedulingPolicy = registry.load(selection.backend)(selection.options, context)
+    try:
+        policy: SchedulingPolicy = registry.load(selection.backend)(selection.options, context)
+    except Exception as error:
+        warnings.warn(f"scheduling policy {spec.name!r} failed to start: {describe(error)}; first come, first "
+                      "served schedules every step instead", stacklevel=3)
+        return GuardedPolicy(None, "fcfs"), None
     return GuardedPolicy(policy, spec.name, spec.uses_cached_prefix), selection

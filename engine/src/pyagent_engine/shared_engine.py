@@ -124,10 +124,30 @@ class Session:
             with self.shared.locked():
                 while not self._queue:
                     self.shared.step()
-                output = self._queue.popleft()
-            if output.finished:
-                self._unfinished.pop(output.request_id, None)
+                output = self._pop()
             yield output
+
+    def _pop(self) -> RequestOutput:
+        output = self._queue.popleft()
+        if output.finished:
+            self._unfinished.pop(output.request_id, None)
+        return output
+
+    def ready(self) -> list[RequestOutput]:
+        """The outputs that have arrived for this session's requests, without stepping the engine (for a
+        caller that runs the steps itself, such as :mod:`pyagent_engine.async_engine`)."""
+        return [self._pop() for _ in range(len(self._queue))]
+
+    @property
+    def finished(self) -> bool:
+        """True once every request added through this session has finished (or none was added)."""
+        return not self._unfinished
+
+    def abort(self) -> None:
+        """Abort this session's unfinished requests now; their final outputs (``finish_reason == "abort"``)
+        join its queue, for :meth:`ready` (:meth:`close` aborts without outputs)."""
+        with self.shared.locked() as engine:
+            self.shared._deliver([engine.abort(r) for r in self._unfinished.values() if not r.finished])
 
     def close(self) -> None:
         """Abort this session's unfinished requests (their blocks go back to the pool)."""

@@ -55,6 +55,7 @@ from pyagent_core.kinds import PROPOSER
 from pyagent_core.registry import Registry, Selection
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.block_pool import BlockPool
+from pyagent_engine.logprob_scoring import LogprobRecorder
 from pyagent_engine.request import Request
 from pyagent_engine.sampling import SamplerChain
 from pyagent_engine.speculative_plan import Candidate, StepCosts, choose_nodes
@@ -459,7 +460,8 @@ class SpeculativeDecoder:
     # --- verification --------------------------------------------------------------------------
 
     def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
-               mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None) -> list[list[int]]:
+               mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None,
+               recorder: LogprobRecorder | None = None) -> list[list[int]]:
         """Walk every request's draft with the sampler chain; return the tokens each request emits.
 
         ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
@@ -467,19 +469,28 @@ class SpeculativeDecoder:
         the first depth only: requests under a grammar get no drafts, so they never reach a second.
         Without a mask, when the chain is a plain argmax for the batch (``SamplerChain.greedy_rows``),
         every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
-        leaves the output lists as they were.
+        leaves the output lists as they were. With a ``recorder``, each emitted token's logprobs are
+        recorded from the row it was chosen at: the target model's logits at its position.
         """
         offsets, row = [], 0
         for request in sampled:
             offsets.append(row)
             row += 1 + (0 if request.draft is None else len(request.draft))
         self._verified_rows = row
-        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits)
+        whole = recorder is not None and not recorder.raw  # processed logprobs: the whole chain runs
+        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits, whole)
         if chosen is not None:
-            return [_walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
+            emitted = [_walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
+            if recorder is not None:  # a plain argmax: raw and processed logprobs are the logits'
+                owners = [i for i, tokens in enumerate(emitted) for _ in tokens]
+                rows = [offsets[i] + (0 if depth == 0 else 1 + sampled[i].accepted_nodes[depth - 1])
+                        for i, tokens in enumerate(emitted) for depth in range(len(tokens))]
+                recorder.record(recorder.score(logits, rows, owners), [t for tokens in emitted for t in tokens],
+                                owners)
+            return emitted
         current = [ROOT] * len(sampled)
         active = [True] * len(sampled)
-        emitted: list[list[int]] = [[] for _ in sampled]
+        emitted = [[] for _ in sampled]
         lengths = [len(r.output_token_ids) for r in sampled]
         for request in sampled:
             request.accepted_nodes = []
@@ -488,9 +499,17 @@ class SpeculativeDecoder:
                 rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
                         for i in range(len(sampled))]
                 batch = logits if rows == list(range(len(logits))) else logits.index_select(0, torch.tensor(rows))
+                owners = [i for i in range(len(sampled)) if active[i]]
+                raw = recorder.score(batch, owners, owners) if recorder is not None and recorder.raw else None
                 if mask is not None and not emitted[0]:
                     mask(sampled, batch)
-                tokens = sampler.sample(sampled, batch)
+                if recorder is None or raw is not None:
+                    tokens = sampler.sample(sampled, batch)
+                else:
+                    tokens, processed = sampler.sample_processed(sampled, batch)
+                if recorder is not None:
+                    scored = raw if raw is not None else recorder.score(processed, owners, owners)
+                    recorder.record(scored, [tokens[i] for i in owners], owners)
                 for i, request in enumerate(sampled):
                     if not active[i]:
                         continue

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.errors import ConfigError, RequestError, UnknownBackendError
-from pyagent_core.interfaces.scheduler import SchedulerContext, SchedulerState, SchedulingPolicy
+from pyagent_core.interfaces.scheduler import RequestView, SchedulerContext, SchedulerState, SchedulingPolicy
 from pyagent_core.kinds import SCHEDULER
 from pyagent_core.registry import get_registry
 from pyagent_engine.block_pool import BlockPool
@@ -83,7 +83,7 @@ def test_priority_preempts_the_least_urgent_request_where_fcfs_preempts_the_newe
 
 
 class Raising(SchedulingPolicy):
-    """Fails every other order() call; names a waiting request as victim."""
+    """Fails every other order() call and every finished() call; names a waiting request as victim."""
 
     calls = 0
 
@@ -96,6 +96,9 @@ class Raising(SchedulingPolicy):
     def victim(self, state: SchedulerState) -> str:
         return "nobody"
 
+    def finished(self, view: RequestView) -> None:
+        raise KeyError(view.request_id)
+
 
 def test_a_failing_policy_falls_back_to_fcfs_for_that_step_and_loses_nothing():
     scheduler = Scheduler(BlockPool(6), 4, 2, 16, GuardedPolicy(Raising({}, CONTEXT), "raising"))
@@ -106,7 +109,30 @@ def test_a_failing_policy_falls_back_to_fcfs_for_that_step_and_loses_nothing():
     assert "scheduling policy 'raising' raised RuntimeError: policy bug in order(); first come, first served " \
            "decides this step instead" in messages
     assert any("returned 'nobody', which is not a running request in victim()" in m for m in messages)
+    assert any("raised KeyError" in m and "in finished()" in m for m in messages)
     assert all(len(r.output_token_ids) == 6 for r in requests)
+
+
+class FailsToStart(SchedulingPolicy):
+    """A policy whose constructor raises."""
+
+    def __init__(self, options: Mapping[str, Any], context: SchedulerContext) -> None:
+        raise RuntimeError("no config file")
+
+    def order(self, state: SchedulerState) -> list[str]:
+        raise AssertionError("never built")
+
+
+def test_a_policy_that_fails_to_start_is_reported_and_fcfs_schedules(monkeypatch):
+    registry = get_registry()
+    monkeypatch.setattr(registry, "load", lambda backend: FailsToStart)
+    with pytest.warns(UserWarning, match="scheduling policy 'fair' failed to start: RuntimeError: no config file; "
+                      "first come, first served schedules every step instead"):
+        guarded, selection = build_scheduling_policy(registry, "fair", {}, CONTEXT, prefix_caching=False)
+    assert selection is None and guarded.policy is None
+    requests = [make(i, 9, 3) for i in range(4)]
+    simulate(Scheduler(BlockPool(16), 4, 2, 16, guarded), requests)
+    assert all(len(r.output_token_ids) == 3 for r in requests)
 
 
 def test_unknown_policy_and_lpm_without_prefix_caching_are_rejected():
@@ -171,3 +197,6 @@ def test_cli_takes_the_scheduler_and_each_line_s_fields(cli, tmp_path):
     unknown = cli("generate", "hi", "--max-tokens", "1", "--scheduler", "sjf", cwd=tmp_path)
     assert unknown.returncode == 2
     assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in unknown.stderr
+    chat = cli("chat", "--max-tokens", "1", "--scheduler", "sjf", stdin="hi\n", cwd=tmp_path)
+    assert chat.returncode == 2 and "Traceback" not in chat.stderr
+    assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in chat.stderr

@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
+from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.gguf_file import read_gguf
-from pyagent_engine.models.llama import LlamaModel, allocate_kv_caches
+from pyagent_engine.models.kv_cache import allocate_kv_caches
+from pyagent_model_base.decoder import DecoderLM
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # transformers must never reach for the hub
 
@@ -34,7 +36,15 @@ CHAT_PROMPTS = (
 )
 
 Prefill = Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
-Greedy = Callable[[LlamaModel, Sequence[int], int], tuple[list[int], torch.Tensor]]
+Greedy = Callable[[DecoderLM, Sequence[int], int], tuple[list[int], torch.Tensor]]
+
+
+def build_model(checkpoint: Checkpoint, dtype: str = "float32", quantized: bool = True) -> DecoderLM:
+    """The checkpoint's forward (its architecture's model plugin, found through the registry)."""
+    context = ModelContext(config=checkpoint.config, weights=checkpoint.weights, dtype=dtype, quantized=quantized)
+    model = checkpoint.architecture.model_class({}, context)
+    assert isinstance(model, DecoderLM)
+    return model
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +63,9 @@ def checkpoint(gguf_path: Path) -> Checkpoint:
 
 
 @pytest.fixture(scope="session")
-def model_f32(checkpoint: Checkpoint) -> LlamaModel:
+def model_f32(checkpoint: Checkpoint) -> DecoderLM:
     """Our float32 model of the embedded GGUF."""
-    return LlamaModel(checkpoint.config, checkpoint.weights, dtype=torch.float32)
+    return build_model(checkpoint)
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +119,7 @@ def prefill(attention: AttentionBackend) -> Prefill:
     """``prefill(model, prompt_ids, room=0) -> (logits of every prompt position, kv caches)``, the
     caches holding the prompt and ``room`` more tokens in blocks ``0, 1, ...``."""
 
-    def run(model: LlamaModel, prompt: Sequence[int], room: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def run(model: DecoderLM, prompt: Sequence[int], room: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
         num_blocks = -(-(len(prompt) + room) // BLOCK_SIZE)
         caches = allocate_kv_caches(model.config, num_blocks, BLOCK_SIZE, model.dtype)
         logits = model.forward(
@@ -126,7 +136,7 @@ def greedy(prefill: Prefill, attention: AttentionBackend) -> Greedy:
     """``greedy(model, prompt_ids, max_new) -> (new_ids, first_step_logits)``: prefill, then one
     token per step, stopping after an end-of-sequence token."""
 
-    def run(model: LlamaModel, prompt: Sequence[int], max_new: int) -> tuple[list[int], torch.Tensor]:
+    def run(model: DecoderLM, prompt: Sequence[int], max_new: int) -> tuple[list[int], torch.Tensor]:
         all_logits, caches = prefill(model, prompt, max_new)
         num_blocks = caches[0].shape[1]
         logits = first = all_logits[-1:]

@@ -1,5 +1,5 @@
-"""Our Llama forward against Hugging Face transformers loading the same GGUF, and the flat paged
-batch's invariants (chunked prefill, mixed batches)."""
+"""Our Llama forward (the llama model plugin, through the registry) against Hugging Face transformers
+loading the same GGUF, and the flat paged batch's invariants (chunked prefill, mixed batches)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_engine.models.checkpoint import Checkpoint
-from pyagent_engine.models.llama import REUSED_STEP_TOKENS, LlamaModel, allocate_kv_caches
+from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_model_base.decoder import DecoderLM
+from pyagent_model_base.step_plan import REUSED_STEP_TOKENS
 
-from .conftest import BLOCK_SIZE, CHAT_PROMPTS, Greedy, Prefill, single_sequence_metadata
+from .conftest import BLOCK_SIZE, CHAT_PROMPTS, Greedy, Prefill, build_model, single_sequence_metadata
 
 #: Largest absolute difference allowed between our float32 logits and transformers' (same weights,
 #: same float32 arithmetic up to operation order; observed: about 6e-5 on logits of magnitude ~20).
@@ -35,9 +37,9 @@ def chat_ids(checkpoint: Checkpoint) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def model_bf16(checkpoint: Checkpoint) -> LlamaModel:
+def model_bf16(checkpoint: Checkpoint) -> DecoderLM:
     """Our bfloat16 model of the embedded GGUF."""
-    return LlamaModel(checkpoint.config, checkpoint.weights, dtype=torch.bfloat16)
+    return build_model(checkpoint, "bfloat16")
 
 
 def test_weights_match_transformers(checkpoint: Checkpoint, hf_model: Any) -> None:
@@ -58,8 +60,9 @@ def test_quantized_weights_give_the_dense_bits(
 ) -> None:
     """The kernel decoding GGUF blocks gives the logits of the dequantized model, bit for bit,
     on a prefill (the panel path) and on single-token steps (the register path)."""
-    quantized = LlamaModel(checkpoint.config, checkpoint.weights, dtype=dtype)
-    dense = LlamaModel(checkpoint.config, checkpoint.weights, dtype=dtype, quantized=False)
+    name = str(dtype).removeprefix("torch.")
+    quantized = build_model(checkpoint, name)
+    dense = build_model(checkpoint, name, quantized=False)
     assert isinstance(quantized.layers[0].gate_up, QuantizedWeight) and isinstance(dense.lm_head, torch.Tensor)
     for ids in chat_ids[:2]:
         assert torch.equal(prefill(quantized, ids)[0], prefill(dense, ids)[0])
@@ -67,7 +70,7 @@ def test_quantized_weights_give_the_dense_bits(
 
 
 def test_prefill_logits_match_transformers(
-    model_f32: LlamaModel, hf_model: Any, chat_ids: list[list[int]], prefill: Prefill
+    model_f32: DecoderLM, hf_model: Any, chat_ids: list[list[int]], prefill: Prefill
 ) -> None:
     """Logits at every prompt position agree within FLOAT32_LOGITS_ATOL for all 8 chat prompts."""
     for ids in chat_ids:
@@ -80,7 +83,7 @@ def test_prefill_logits_match_transformers(
 
 @pytest.mark.parametrize("prompt_index", range(len(CHAT_PROMPTS)))
 def test_greedy_decoding_matches_transformers(
-    prompt_index: int, model_f32: LlamaModel, hf_model: Any, chat_ids: list[list[int]], greedy: Greedy
+    prompt_index: int, model_f32: DecoderLM, hf_model: Any, chat_ids: list[list[int]], greedy: Greedy
 ) -> None:
     """64 greedy tokens (or up to end of sequence) are the ids transformers' generate() picks."""
     ids = chat_ids[prompt_index]
@@ -94,7 +97,7 @@ def test_greedy_decoding_matches_transformers(
 
 
 def test_bfloat16_agrees_with_float32(
-    model_f32: LlamaModel, model_bf16: LlamaModel, chat_ids: list[list[int]], greedy: Greedy
+    model_f32: DecoderLM, model_bf16: DecoderLM, chat_ids: list[list[int]], greedy: Greedy
 ) -> None:
     """bfloat16 runs end to end and stays close to float32.
 
@@ -131,7 +134,7 @@ def _metadata(tables: list[list[int]], starts: list[int], counts: list[int], blo
 
 
 def test_chunked_prefill_and_mixed_batch_match_single_prefill(
-    model_f32: LlamaModel, attention: AttentionBackend, chat_ids: list[list[int]], prefill: Prefill
+    model_f32: DecoderLM, attention: AttentionBackend, chat_ids: list[list[int]], prefill: Prefill
 ) -> None:
     """Two sequences batched in scattered blocks, the first prefilled in two chunks while the second
     is prefilled in one, give the logits each gets when prefilled alone."""
@@ -153,7 +156,7 @@ def test_chunked_prefill_and_mixed_batch_match_single_prefill(
         torch.testing.assert_close(logits[row], alone[-1], atol=1e-4, rtol=0)
 
 
-def test_kv_cache_layout(model_f32: LlamaModel) -> None:
+def test_kv_cache_layout(model_f32: DecoderLM) -> None:
     """allocate_kv_caches gives one zeroed [2, blocks, block_size, kv_heads, head_dim] cache per layer."""
     cfg = model_f32.config
     caches = allocate_kv_caches(cfg, 3, 16, torch.bfloat16)
@@ -163,7 +166,7 @@ def test_kv_cache_layout(model_f32: LlamaModel) -> None:
 
 
 def test_bfloat16_decode_is_batch_invariant(
-    model_bf16: LlamaModel, attention: AttentionBackend, chat_ids: list[list[int]]
+    model_bf16: DecoderLM, attention: AttentionBackend, chat_ids: list[list[int]]
 ) -> None:
     """In bfloat16 a decode step gives each sequence bit-identical logits alone or batched."""
     a, b = chat_ids[2], chat_ids[3]
@@ -183,7 +186,7 @@ def test_bfloat16_decode_is_batch_invariant(
 
 
 def test_steps_on_the_reused_buffers_agree_with_steps_on_their_own(
-    model_f32: LlamaModel, attention: AttentionBackend, chat_ids: list[list[int]], prefill: Prefill
+    model_f32: DecoderLM, attention: AttentionBackend, chat_ids: list[list[int]], prefill: Prefill
 ) -> None:
     """A prompt longer than REUSED_STEP_TOKENS (prefilled on buffers made for the step) gives the
     logits it gets in chunks on the model's reused buffers, and a step made while another holds
@@ -204,7 +207,7 @@ def test_steps_on_the_reused_buffers_agree_with_steps_on_their_own(
 
 
 def test_inputs_and_positions_of_different_lengths_are_refused(
-    model_f32: LlamaModel, attention: AttentionBackend
+    model_f32: DecoderLM, attention: AttentionBackend
 ) -> None:
     caches = allocate_kv_caches(model_f32.config, 1, BLOCK_SIZE, torch.float32)
     with pytest.raises(ValueError, match=r"input_ids and positions must both be \[num_tokens\]"):

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -21,19 +22,28 @@ from pyagent_core.errors import (
 )
 from pyagent_engine.models import conversion_cache, loader
 from pyagent_engine.models.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from pyagent_engine.models.config import ModelConfig
-from pyagent_engine.models.llama import LlamaModel
 from pyagent_engine.models.loader import load_model, resolve_dtype, resolve_model_path
 from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_model_base.decoder import DecoderLM
 
-from .conftest import Prefill
+from .conftest import Prefill, build_model
+
+INSTALLED = r"installed architectures: .*llama \(LlamaForCausalLM; GGUF llama\)"
+
+
+def hf_config(checkpoint: Checkpoint) -> dict:
+    """The checkpoint's config as its architecture writes config.json."""
+    return checkpoint.architecture.model_class.hf_config(checkpoint.config)
 
 PROMPT = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def write_tiny_gguf(path: Path, arch: str, with_layers: bool = True) -> None:
-    """A small valid GGUF of architecture ``arch`` (one layer's worth of metadata, one tensor)."""
+    """A small valid GGUF of architecture ``arch`` (one layer's worth of metadata, a vocabulary, one tensor)."""
     writer = GGUFWriter(path, arch=arch)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["a", "b", "c", "d"])
+    writer.add_token_merges([])
     if with_layers:
         writer.add_block_count(1)
     writer.add_context_length(32)
@@ -86,10 +96,11 @@ def test_truncated_gguf(gguf_path: Path, tmp_path: Path, keep: int) -> None:
 
 
 def test_unsupported_architecture(tmp_path: Path) -> None:
-    """A GGUF of another architecture is UnsupportedModelError naming it and the supported ones."""
+    """A GGUF of an architecture no plugin serves is UnsupportedModelError naming it and the installed ones."""
     path = tmp_path / "mamba.gguf"
     write_tiny_gguf(path, "mamba")
-    with pytest.raises(UnsupportedModelError, match=r"'mamba' model; pyagent runs these architectures: llama"):
+    with pytest.raises(UnsupportedModelError, match=r"names the GGUF architecture 'mamba' \(general.architecture\), "
+                       r"which no installed model plugin serves; " + INSTALLED):
         load_model(path, use_cache=False)
 
 
@@ -97,7 +108,7 @@ def test_missing_metadata_key(tmp_path: Path) -> None:
     """A llama GGUF without a required key is ModelFormatError naming the key."""
     path = tmp_path / "partial.gguf"
     write_tiny_gguf(path, "llama", with_layers=False)
-    with pytest.raises(ModelFormatError, match=r"lacks the metadata key llama\.block_count"):
+    with pytest.raises(ModelFormatError, match=r"partial.gguf lacks the required key 'llama\.block_count'"):
         load_model(path, use_cache=False)
 
 
@@ -108,17 +119,26 @@ def test_folder_without_checkpoint_files(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
-def test_config_of_another_architecture() -> None:
-    """config.json naming another model type is UnsupportedModelError."""
-    with pytest.raises(UnsupportedModelError, match=r"'gpt2' model; pyagent runs these architectures: llama"):
-        ModelConfig.from_hf_dict({"model_type": "gpt2"}, "x")
+@pytest.mark.parametrize(("architectures", "named"), [
+    (["GPT2LMHeadModel"], r"names the architectures \['GPT2LMHeadModel'\] \(config.json 'architectures'\)"),
+    (None, r"names no architecture \(its config.json lacks 'architectures'\)"),
+])
+def test_config_of_another_architecture(checkpoint: Checkpoint, tmp_path: Path, architectures, named) -> None:
+    """config.json naming an architecture no plugin serves (or none) is UnsupportedModelError naming the
+    file, the architecture and the installed ones, before any weight is read."""
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(checkpoint) | {"architectures": architectures}))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UnsupportedModelError, match=f"{tmp_path / 'config.json'} {named}, which no installed model "
+                       "plugin serves; " + INSTALLED):
+        load_model(tmp_path)
 
 
 def test_rope_scaling_is_refused(checkpoint: Checkpoint) -> None:
     """A rope scaling the forward does not implement is refused rather than run wrongly."""
-    data = checkpoint.config.to_hf_dict() | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
-    with pytest.raises(UnsupportedModelError, match="rope scaling 'llama3'"):
-        ModelConfig.from_hf_dict(data, "x")
+    data = hf_config(checkpoint) | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    with pytest.raises(UnsupportedModelError, match=r"x/config\.json asks for rope scaling 'llama3'"):
+        checkpoint.architecture.model_class.config_from_hf(data, "llama", "x/config.json")
 
 
 def test_bad_dtype() -> None:
@@ -129,18 +149,18 @@ def test_bad_dtype() -> None:
 
 
 def test_missing_and_misshapen_weights(checkpoint: Checkpoint) -> None:
-    """LlamaModel names a missing weight, and one whose shape the config contradicts."""
+    """The model names a missing weight, and one whose shape the config contradicts."""
     weights = dict(checkpoint.weights)
     del weights["model.layers.3.mlp.up_proj.weight"]
     with pytest.raises(ModelFormatError, match=r"lacks 1 weights: model\.layers\.3\.mlp\.up_proj\.weight"):
-        LlamaModel(checkpoint.config, weights)
+        build_model(attrs.evolve(checkpoint, weights=weights))
     weights["model.layers.3.mlp.up_proj.weight"] = torch.zeros(3, 3)
     with pytest.raises(ModelFormatError, match=r"up_proj\.weight has shape \[3, 3\]"):
-        LlamaModel(checkpoint.config, weights)
+        build_model(attrs.evolve(checkpoint, weights=weights))
 
 
 def test_checkpoint_folder_gives_identical_logits(
-    checkpoint: Checkpoint, model_f32: LlamaModel, prefill: Prefill, tmp_path: Path
+    checkpoint: Checkpoint, model_f32: DecoderLM, prefill: Prefill, tmp_path: Path
 ) -> None:
     """A Hugging Face folder written from the GGUF loads to the same config, tokenizer, template and logits."""
     write_checkpoint(checkpoint, tmp_path)
@@ -279,7 +299,7 @@ def test_malformed_gguf_names_file_key_and_expectation(tmp_path: Path, tokens, m
 def test_config_json_values_of_the_wrong_type_name_file_and_key(checkpoint: Checkpoint, tmp_path: Path,
                                                                  change, message) -> None:
     """Checked before any weight is read: a folder with empty weight and tokenizer files is enough."""
-    (tmp_path / "config.json").write_text(json.dumps(checkpoint.config.to_hf_dict() | change))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(checkpoint) | change))
     (tmp_path / "tokenizer.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ModelFormatError) as caught:
@@ -288,6 +308,6 @@ def test_config_json_values_of_the_wrong_type_name_file_and_key(checkpoint: Chec
 
 
 def test_config_json_nulls_that_mean_the_default_are_taken(checkpoint: Checkpoint) -> None:
-    data = checkpoint.config.to_hf_dict() | {"num_key_value_heads": None, "head_dim": None, "rope_scaling": None}
-    config = ModelConfig.from_hf_dict(data, "x")
+    data = hf_config(checkpoint) | {"num_key_value_heads": None, "head_dim": None, "rope_scaling": None}
+    config = checkpoint.architecture.model_class.config_from_hf(data, "llama", "x")
     assert (config.num_kv_heads, config.head_dim) == (config.num_heads, config.hidden_size // config.num_heads)

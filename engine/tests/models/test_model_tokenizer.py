@@ -6,12 +6,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.gguf_file import open_gguf, read_metadata
-from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
+from pyagent_engine.models.gguf_tokenizer import PRE_TOKENIZERS, build_gguf_tokenizer
 from pyagent_engine.models.tokenizer import Tokenizer
 
 TEXTS = (
@@ -82,8 +83,66 @@ def test_unknown_pre_tokenizer_is_rejected(gguf_path: Path) -> None:
         build_gguf_tokenizer(metadata, "test.gguf")
 
 
-def test_sentencepiece_gguf_is_rejected(gguf_path: Path) -> None:
-    """GGUF tokenizers other than byte-level BPE are refused with a pointer to tokenizer.json."""
-    metadata = read_metadata(open_gguf(gguf_path)) | {"tokenizer.ggml.model": "llama"}
-    with pytest.raises(UnsupportedModelError, match=r"tokenizer model 'llama'.*tokenizer.json"):
+def test_unknown_tokenizer_model_is_rejected(gguf_path: Path) -> None:
+    """A GGUF tokenizer model pyagent cannot build is refused, naming the supported ones."""
+    metadata = read_metadata(open_gguf(gguf_path)) | {"tokenizer.ggml.model": "t5"}
+    with pytest.raises(UnsupportedModelError, match=r"tokenizer model 't5' .*: gpt2, llama .*tokenizer.json"):
         build_gguf_tokenizer(metadata, "test.gguf")
+
+
+def test_qwen2_pre_tokenizer_isolates_every_digit() -> None:
+    """``tokenizer.ggml.pre = qwen2`` splits numbers digit by digit (Llama 3's rule groups up to three)."""
+    def pieces(pre: str) -> list[str]:
+        return [piece for piece, _ in PRE_TOKENIZERS[pre]().pre_tokenize_str("year 2024")]
+
+    assert pieces("qwen2") == ["year", "Ġ", "2", "0", "2", "4"]
+    assert pieces("llama3") == ["year", "Ġ", "202", "4"]
+
+
+def _sentencepiece_gguf(path: Path) -> Path:
+    """A phi3 GGUF whose vocabulary is SentencePiece BPE (``tokenizer.ggml.model = llama``): <unk>, <s>,
+    </s>, the 256 byte tokens, then a BPE vocabulary trained on TEXTS, scored by rank."""
+    from gguf import GGUFWriter, TokenType
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers, trainers
+
+    specials = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    trained = Backend(models.BPE(unk_token="<unk>", byte_fallback=True))
+    trained.pre_tokenizer = pre_tokenizers.Metaspace()
+    trained.train_from_iterator([t for t in TEXTS if "<|" not in t] * 3,
+                                trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False))
+    tokens = [token for token, _ in sorted(trained.get_vocab().items(), key=lambda item: item[1])]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL, *[TokenType.BYTE] * 256]
+    types += [TokenType.NORMAL] * (len(tokens) - len(types))
+    writer = GGUFWriter(path, arch="phi3")
+    for add, value in ((writer.add_block_count, 1), (writer.add_context_length, 32), (writer.add_head_count, 2),
+                       (writer.add_embedding_length, 8), (writer.add_feed_forward_length, 16)):
+        add(value)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0 if k != TokenType.NORMAL else -float(i) for i, k in enumerate(types)])
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_sentencepiece_gguf_matches_transformers(tmp_path: Path) -> None:
+    """A SentencePiece GGUF vocabulary encodes (BOS first, byte fallback for characters it lacks)
+    and decodes as transformers' tokenizer of the same file."""
+    transformers = pytest.importorskip("transformers")
+    path = _sentencepiece_gguf(tmp_path / "spm.gguf")
+    ours = Tokenizer(build_gguf_tokenizer(read_metadata(open_gguf(path)), str(path)))
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    for text in TEXTS:
+        ids = ours.encode(text)
+        assert ids == theirs.encode(text), text
+        assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(ids, skip_special_tokens=True), text
+    assert ours.encode("hi")[0] == 1 and "<0xF0>" in [ours.id_to_token(i) for i in ours.encode("😀")]

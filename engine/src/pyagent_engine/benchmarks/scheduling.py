@@ -24,12 +24,29 @@ run-to-run noise of the machine, against which the differences between policies 
 Replays are open loop: a request is added when its
 arrival time comes, the engine steps while there is work. Reported per policy: time to first token
 p50 and p99 per priority class (from the scheduled arrival), the deadline miss rate (requests with a
-deadline whose first token came later), Jain's fairness index of the service the four tenants
+deadline whose first token came later), two Jain's fairness indices of the service the four tenants
 received during the steps when all four had a request waiting or running (service weighted as the
 ``fair`` policy weighs it: 1 per prompt token computed, 2 per generated token), and throughput:
 generated tokens per second of wall time from the first arrival to the last finish, and per second
 of this process's CPU time over the same span (``cpu``: what a policy costs in work, much less moved
 by other processes sharing the machine than wall time is), each with its ratio to ``fcfs``.
+
+The two fairness indices:
+
+- ``jain_contended``: Jain's index of the service itself, as if each tenant were owed a quarter.
+- ``jain_fair_share``: Jain's index of each tenant's service divided by its max-min fair share,
+  the form Jain, Chiu and Hawe give for allocations whose fair value is not equal ("A Quantitative
+  Measure of Fairness", 1984, x_i = T_i / O_i). Each step's fair shares divide the service the step
+  delivered by water-filling over what each tenant could have used in it: the tokens its unfinished
+  requests still had to compute (a decoding request one token, a waiting or prefilling one the rest
+  of its prompt less what the prefix cache holds, at most the step's token budget), weighted as the
+  service is. This is the fairness VTC is built for ("Fairness in Serving Large Language Models",
+  OSDI 2024): it bounds the service gap between *backlogged* clients and owes a client that asks for
+  less than an equal share only what it asks for (its artifact's fairness metric credits each client
+  the smaller of the largest service and its own demand). With four tenants of which three send 10%
+  of the requests, a light tenant often has one request left, decoding one token a step; the first
+  index counts that as unfairness no scheduler could remove, the second does not, while a light
+  tenant kept waiting behind the heavy one still lowers both.
 """
 
 from __future__ import annotations
@@ -157,6 +174,43 @@ def _service(request: Any) -> int:
     return max(0, request.num_served_tokens - outputs) + 2 * outputs
 
 
+def step_demand(request: Any, budget: int, cached: int) -> int:
+    """The most weighted service ``request`` could get in one step of ``budget`` tokens (``cached``:
+    prompt tokens the prefix cache would give it now): what is left to compute, plus one for a token
+    sampled at its end (a generated token weighs 2, its computation 1)."""
+    left = max(1, request.num_tokens - request.num_computed_tokens - cached)
+    return min(left, budget) + (left <= budget)
+
+
+def max_min_shares(total: float, demands: dict[str, float]) -> dict[str, float]:
+    """Water-filling: ``total`` split as equally as the ``demands`` allow, none getting more than it asks."""
+    shares = dict.fromkeys(demands, 0.0)
+    left, unsaturated = float(total), sorted(demands, key=demands.__getitem__)
+    while unsaturated and left > 0:
+        level = left / len(unsaturated)
+        tenant = unsaturated[0]
+        if demands[tenant] > level:
+            for other in unsaturated:
+                shares[other] = level
+            break
+        shares[tenant] = float(demands[tenant])
+        left -= demands[tenant]
+        unsaturated.pop(0)
+    return shares
+
+
+def _demands(engine: Any, budget: int) -> dict[str, float]:
+    scheduler = engine.scheduler
+    cache = scheduler.prefix_cache
+    demands = dict.fromkeys(TENANTS, 0.0)
+    for request in scheduler.waiting:
+        cached = cache.match_length(request) if cache is not None and not request.num_computed_tokens else 0
+        demands[request.params.tenant] += step_demand(request, budget, cached)
+    for request in scheduler.running:
+        demands[request.params.tenant] += step_demand(request, budget, 0)
+    return demands
+
+
 def replay(engine: Any, arrivals: Sequence[Arrival]) -> dict[str, Any]:
     """Replay ``arrivals`` open loop through ``engine``; the figures of one policy on one workload."""
     from pyagent_engine.params import SamplingParams
@@ -164,6 +218,7 @@ def replay(engine: Any, arrivals: Sequence[Arrival]) -> dict[str, Any]:
     pending = sorted(arrivals, key=lambda a: a.time)
     added: list[tuple[Arrival, Any]] = []
     fair_service = dict.fromkeys(TENANTS, 0)
+    fair_shares = dict.fromkeys(TENANTS, 0.0)
     start, cpu_start = time.perf_counter(), time.process_time()
     while pending or engine.has_unfinished():
         now = time.perf_counter() - start
@@ -180,10 +235,15 @@ def replay(engine: Any, arrivals: Sequence[Arrival]) -> dict[str, Any]:
         unfinished = [*engine.scheduler.waiting, *engine.scheduler.running]
         contended = {r.params.tenant for r in unfinished} >= set(TENANTS)
         before = {id(r): _service(r) for _, r in added}
+        demands = _demands(engine, engine.config.max_num_batched_tokens) if contended else {}
         engine.step()
         if contended:
+            delivered = dict.fromkeys(TENANTS, 0)
             for _, request in added:
-                fair_service[request.params.tenant] += _service(request) - before[id(request)]
+                delivered[request.params.tenant] += _service(request) - before[id(request)]
+            for tenant, share in max_min_shares(sum(delivered.values()), demands).items():
+                fair_service[tenant] += delivered[tenant]
+                fair_shares[tenant] += share
     end, cpu = max(r.finish_time for _, r in added), time.process_time() - cpu_start
     ttft = {0: [], 1: []}  # type: dict[int, list[float]]
     missed = with_deadline = 0
@@ -202,6 +262,8 @@ def replay(engine: Any, arrivals: Sequence[Arrival]) -> dict[str, Any]:
         "deadline_miss_rate": missed / with_deadline if with_deadline else None,
         "jain_contended": jain(list(fair_service.values())),
         "contended_service": fair_service,
+        "jain_fair_share": jain([fair_service[t] / fair_shares[t] for t in TENANTS if fair_shares[t] > 0]),
+        "contended_fair_shares": fair_shares,
         "throughput_tok_s": generated / (end - start - min(a.time for a in arrivals)),
         "throughput_cpu_tok_s": generated / cpu,
         "errors": sum(r.error is not None for _, r in added),

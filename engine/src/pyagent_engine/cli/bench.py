@@ -19,6 +19,9 @@ and transformers' LogitsProcessorList (:mod:`pyagent_engine.benchmarks.samplers`
 ``scheduling`` replays arrival-timed workloads (Mooncake arrivals and a synthetic mix) under every
 scheduling policy, ``fcfs`` being the peer (:mod:`pyagent_engine.benchmarks.scheduling`).
 
+``logprobs`` times decoding with logprobs asked for against none, on the same engine
+(:mod:`pyagent_engine.benchmarks.logprobs`).
+
 ``grammars`` measures structured output: compile and mask times per backend, the engine's per-token
 overhead over the backend called directly, and constrained against unconstrained generation
 (:mod:`pyagent_engine.benchmarks.grammar_e2e`).
@@ -123,11 +126,26 @@ def _print_engine_report(report: dict[str, Any]) -> None:
         [(r["concurrency"], r["dtype"], r["attention"], r["output_tokens"], _number(r["wall_s"], 2),
           _number(r["tok_s"])) for r in report["aggregate"]],
     )
+    pp_tg = report.get("pp_tg")
+    if pp_tg is not None:
+        pp, tg = pp_tg["prompt_tokens"], pp_tg["gen_tokens"]
+        print_table(
+            f"pp{pp} and tg{tg} against llama-bench, mean of {pp_tg['repetitions']} runs each",
+            ["engine", "dtype", "threads", f"pp{pp} tok/s", f"tg{tg} tok/s"],
+            [(r["engine"], r.get("dtype", r.get("model_type", "")), r["threads"], _number(r["pp_tok_s"]),
+              _number(r["tg_tok_s"])) for r in pp_tg["rows"]]
+            + ([] if pp_tg["peer"]["available"] else [("llama.cpp", "", "", pp_tg["peer"]["reason"], "")]),
+        )
+    _print_ratios([*report["ratios"], *(pp_tg["ratios"] if pp_tg else [])])
+
+
+def _print_ratios(rows: list[dict[str, Any]]) -> None:
+    """A ratios table: name, value, goal and whether it was met (``-`` where a side was not measured)."""
     print_table(
         "ratios", ["ratio", "value", "goal", "met"],
         [(r["name"], "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
           "" if r["goal"] is None else f">= {r['goal']:g}x", "-" if r["met"] is None else "yes" if r["met"] else "no")
-         for r in report["ratios"]],
+         for r in rows],
     )
 
 
@@ -138,19 +156,30 @@ def engine(
     attention: Annotated[str | None, typer.Option(
         help="pyagent's attention backend (default: the registry's selection).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="One prompt and a few tokens: a smoke test.")] = False,
+    model: Annotated[Path | None, typer.Option(
+        "--model", help="A .gguf file or checkpoint folder of any installed architecture (default: embedded).")] = None,
+    llama_bench: Annotated[Path | None, typer.Option(
+        help="llama.cpp's llama-bench binary: adds pp512 and tg128 of pyagent and llama.cpp on the same GGUF.")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Generation speed of pyagent against transformers `generate()` (and llama.cpp when installed)."""
+    """Generation speed of pyagent against transformers `generate()` (and llama.cpp on a GGUF when installed)."""
+    import torch
+
     from pyagent_engine.benchmarks.engine import DTYPES, EngineBenchSettings, run_engine_benchmark
+    from pyagent_engine.benchmarks.llama_bench import PpTgSettings
 
     dtypes = tuple(dtype or DTYPES)
     unknown = sorted(set(dtypes) - set(DTYPES))
     if unknown:
         raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
                                  param_hint="--dtype")
-    settings = (EngineBenchSettings.quick(dtypes, attention) if quick
-                else EngineBenchSettings(dtypes=dtypes, attention=attention))
+    if llama_bench is not None and model is not None and (model.suffix != ".gguf" or not model.is_file()):
+        raise typer.BadParameter(f"{model} is not a .gguf file; llama-bench and pyagent must read the same GGUF",
+                                 param_hint="--llama-bench")
+    pp_tg = None if llama_bench is None else PpTgSettings(binary=llama_bench, threads=torch.get_num_threads())
+    settings = (EngineBenchSettings.quick(dtypes, attention, model=model, pp_tg=pp_tg) if quick
+                else EngineBenchSettings(dtypes=dtypes, attention=attention, model=model, pp_tg=pp_tg))
     report = run_engine_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return
@@ -350,10 +379,11 @@ def scheduling(
             f"{shape['prompt_tokens_mean']:.0f} and outputs {shape['output_tokens_mean']:.0f} tokens on average; "
             f"capacity {report['capacity_tokens_per_s']:.0f} tokens/s, {report['torch_threads']} torch threads",
             ["policy", "ttft p50/p99 ms prio 0", "ttft p50/p99 ms prio 1", "deadline misses", "jain (contended)",
-             "tok/s (vs fcfs)", "tok/cpu-s (vs fcfs)", "preempted"],
+             "jain (fair share)", "tok/s (vs fcfs)", "tok/cpu-s (vs fcfs)", "preempted"],
             [(policy, _ttft_ms(r, "priority 0"), _ttft_ms(r, "priority 1"),
               "-" if r["deadline_miss_rate"] is None else f"{r['deadline_miss_rate']:.0%}",
-              _number(r["jain_contended"], 2), f"{r['throughput_tok_s']:.1f} ({_number(r['throughput_vs_fcfs'], 3)})",
+              _number(r["jain_contended"], 2), _number(r["jain_fair_share"], 2),
+              f"{r['throughput_tok_s']:.1f} ({_number(r['throughput_vs_fcfs'], 3)})",
               f"{r['throughput_cpu_tok_s']:.1f} ({_number(r['throughput_cpu_vs_fcfs'], 3)})", r["preemptions"])
              for policy, r in results.items()],
         )
@@ -393,6 +423,32 @@ def prefix_cache(
     typer.echo(f"eviction policy: {report['eviction']}; greedy outputs identical: {report['outputs_identical']}")
 
 
+@app.command("logprobs")
+def logprobs(
+    batch: Annotated[list[int] | None, typer.Option(min=1, help="Batch size (repeatable; default 1 and 8).")] = None,
+    new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per request.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per configuration (interleaved; the fastest counts).")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (default: torch's).")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Decode tok/s with logprobs asked for (0, 5, 20 alternatives; raw and processed) against none."""
+    from pyagent_engine.benchmarks.logprobs import LogprobsBenchSettings, run_logprobs_benchmark
+
+    report = run_logprobs_benchmark(LogprobsBenchSettings(
+        batch_sizes=tuple(batch or (1, 8)), new_tokens=new_tokens, repeats=repeats, threads=threads))
+    if save_or_print_json(report, out, json_out):
+        return
+    print_table(
+        f"greedy decode, {new_tokens} new tokens per request, best of {repeats}, "
+        f"{report['torch_threads']} torch threads",
+        ["batch", "logprobs mode", "logprobs", "decode tok/s", "vs none", "tok per CPU s", "vs none (CPU)"],
+        [(r["batch"], r["mode"], "none" if r["logprobs"] is None else r["logprobs"], _number(r["decode_tok_s"]),
+          f"{r['ratio_to_no_logprobs']:.3f}x", _number(r["decode_tok_per_cpu_s"]),
+          f"{r['cpu_ratio_to_no_logprobs']:.3f}x") for r in report["results"]],
+    )
+
+
 @app.command("grammars")
 def grammars(
     backend: Annotated[list[str] | None, typer.Option(
@@ -423,3 +479,71 @@ def grammars(
     if save_or_print_json(report, out, json_out):
         return
     print_report(report)
+
+
+@app.command("serve")
+def serve(
+    url: Annotated[str | None, typer.Option(
+        help="A running pyagent server to measure (default: start `pyagent serve` on a free local port).")] = None,
+    peer_url: Annotated[str | None, typer.Option(
+        "--peer-url", help="A running OpenAI-compatible server measured with the same load; ratios to it.")] = None,
+    peer_name: Annotated[str, typer.Option("--peer-name", help="The peer's name in the report.")] = "peer",
+    llama_server: Annotated[Path | None, typer.Option(
+        "--llama-server", help="llama.cpp's llama-server binary: started per level with as many slots as clients "
+                               "(-np C -c C*ctx) on --gguf.")] = None,
+    llama_server_arg: Annotated[list[str] | None, typer.Option(
+        "--llama-server-arg", help="An extra argument for llama-server (repeatable; -t 2 is two of them).")] = None,
+    gguf: Annotated[Path | None, typer.Option(
+        help="The GGUF llama-server loads (default: the model pyagent loads, the embedded one).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="The model of the pyagent server started here and of the offline runs (default: embedded).")] = None,
+    server_arg: Annotated[list[str] | None, typer.Option(
+        "--server-arg", help="An extra argument for the `pyagent serve` started here (repeatable).")] = None,
+    concurrency: Annotated[str, typer.Option(help="Concurrent clients per level, comma separated.")] = "1,8,32,64",
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request (EOS ignored).")] = 64,
+    rounds: Annotated[int, typer.Option(min=1, help="Requests per client at each level.")] = 2,
+    endpoint: Annotated[str, typer.Option(help="chat (/v1/chat/completions) or completions (/v1/completions).")]
+    = "chat",
+    offline: Annotated[bool, typer.Option(help="Also measure pyagent's offline LLM.generate at each level.")] = True,
+    quick: Annotated[bool, typer.Option("--quick", help="Concurrency 1 and 2, a few tokens: a smoke test.")] = False,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """OpenAI-compatible servers under the same streaming load: output tok/s, TTFT and ITL p50/p99, ratios."""
+    from pyagent_engine.benchmarks.serve import ServeBenchSettings, ServeTargets, run_serve_benchmark
+
+    try:
+        levels = tuple(int(part) for part in concurrency.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {concurrency!r}",
+                                 param_hint="--concurrency") from None
+    if llama_server is not None and not llama_server.is_file():
+        raise typer.BadParameter(f"{llama_server} is not a file; give the path of llama-server",
+                                 param_hint="--llama-server")
+    settings = (ServeBenchSettings.quick(endpoint) if quick else ServeBenchSettings(
+        concurrency=levels, max_tokens=max_tokens, rounds=rounds, endpoint=endpoint))
+    targets = ServeTargets(pyagent_url=url, pyagent_args=tuple(server_arg or ()), model=model, peer_url=peer_url,
+                           peer_name=peer_name, llama_server=llama_server,
+                           llama_args=tuple(llama_server_arg or ()), gguf=gguf, offline=offline)
+    report = run_serve_benchmark(settings, targets)
+    if save_or_print_json(report, out, json_out):
+        return
+    _print_serve_report(report)
+
+
+def _print_serve_report(report: dict[str, Any]) -> None:
+    host = report["host"]
+    print_table(
+        f"{report['endpoint']}, streaming, {report['max_tokens']} tokens per request (EOS ignored), "
+        f"{report['prompts']['count']} Spec-Bench prompts; {host['cpu']} x{host['logical_cpus']}, {report['date']}",
+        ["clients", "server", "requests", "failed", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+         "ITL p99 ms"],
+        [(level["concurrency"], name, r["requests"], r["failed"], _number(r["output_tok_s"]),
+          _number(r.get("ttft_p50_ms")), _number(r.get("ttft_p99_ms")), _number(r.get("itl_p50_ms")),
+          _number(r.get("itl_p99_ms"))) for level in report["levels"] for name, r in level["results"].items()],
+    )
+    _print_ratios(report["ratios"])
+    for level in report["levels"]:
+        for name, result in level["results"].items():
+            if result["errors"]:
+                typer.echo(f"{name} @{level['concurrency']} failed: {'; '.join(result['errors'])}", err=True)

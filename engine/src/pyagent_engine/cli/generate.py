@@ -19,7 +19,7 @@ from pyagent_core.cli import parse as parse_cli
 from pyagent_core.cli.output import error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
-from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file
+from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file, logprob_flags
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.line_editor import LineEditor, StopOnInterrupt
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
 DequantizeOpt = Annotated[bool, typer.Option(
-    "--dequantize", help="Dequantize a GGUF's Q4_0/Q4_1/Q8_0 matrices at load instead of decoding them per step.")]
+    "--dequantize", help="Dequantize a GGUF's block-quantized matrices at load instead of decoding them per step.")]
 AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
 AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
@@ -83,6 +83,16 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
                speculative=speculative, quantized=not dequantize)
 
 
+def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
+                  kv_hash: str, offload_blocks: int, scheduler: str | None, scheduler_opt: list[str] | None,
+                  max_num_seqs: int, max_num_batched_tokens: int, block_size: int) -> dict[str, Any]:
+    """The :class:`~pyagent_engine.engine.EngineConfig` fields the engine flags of ``generate`` and ``serve`` set."""
+    return {"logprobs_mode": logprobs_mode,
+            **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
+            **batch_flags.scheduler_config(scheduler, scheduler_opt),
+            **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+
+
 def check_sampling(llm: LLM, params: SamplingParams) -> None:
     """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
     from pyagent_engine.request import Request
@@ -90,8 +100,14 @@ def check_sampling(llm: LLM, params: SamplingParams) -> None:
     llm.engine.sampler.check_params(Request("cli", [0], params))
 
 
-def _record(output: RequestOutput, backends: dict[str, str]) -> dict[str, Any]:
+def _record(output: RequestOutput, backends: dict[str, str],
+            decode: Callable[[int], str] | None = None) -> dict[str, Any]:
     metrics = output.metrics
+    logprobs = {}
+    if output.logprobs is not None:
+        logprobs["logprobs"] = logprob_flags.logprob_records(output.logprobs, decode)
+    if output.prompt_logprobs is not None:
+        logprobs["prompt_logprobs"] = logprob_flags.logprob_records(output.prompt_logprobs, decode)
     return {
         "request_id": output.request_id, "prompt": output.prompt, "prompt_token_ids": output.prompt_token_ids,
         "output_token_ids": output.output_token_ids, "text": output.text,
@@ -101,6 +117,7 @@ def _record(output: RequestOutput, backends: dict[str, str]) -> dict[str, Any]:
         "total_time_s": metrics.total_time if metrics else None,
         "cached_prompt_tokens": output.num_cached_tokens,
         "grammar": output.structured.to_dict() if output.structured else None,
+        **logprobs,
     }
 
 
@@ -161,6 +178,8 @@ def generate(
     scheduler_opt: batch_flags.SchedulerOptsOpt = None,
     max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
     block_size: batch_flags.BlockSizeOpt = 16,
+    logprobs: logprob_flags.LogprobsOpt = None, prompt_logprobs: logprob_flags.PromptLogprobsOpt = None,
+    logprobs_mode: logprob_flags.LogprobsModeOpt = "raw",
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos", help="Keep generating past end-of-sequence tokens, up to --max-tokens.")] = False,
 ) -> None:
@@ -182,11 +201,10 @@ def generate(
                                                no_grammar_fallback, structured_config, json_whitespace)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                             seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, structured=structured,
-                            extra=sampler.params if sampler else {})
-    engine_config = {
-        **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
-        **batch_flags.scheduler_config(scheduler, scheduler_opt),
-        **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
+                            extra=sampler.params if sampler else {}, logprobs=logprobs,
+                            prompt_logprobs=prompt_logprobs)
+    engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
+                                  scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
@@ -240,7 +258,8 @@ def _line_failure(line: input_file.PromptLine) -> RequestOutput:
 def _emit(line: input_file.PromptLine, output: RequestOutput, llm: LLM, json_out: bool, single: bool) -> None:
     """Write one finished output: a JSON record carrying the line's index and ids, or its text."""
     if json_out:
-        record = {"index": line.index, **line.ids, **_record(output, _backends(llm, [output])),
+        record = {"index": line.index, **line.ids,
+                  **_record(output, _backends(llm, [output]), lambda token: llm.tokenizer.decode([token])),
                   "speculative": spec_cli.speculative_stats(llm)}
         sys.stdout.write(json.dumps(record) + "\n")
     elif single:

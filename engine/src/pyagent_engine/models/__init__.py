@@ -1,7 +1,7 @@
-"""Model loading for the reference engine, and the Llama-family forward.
+"""Model loading for the reference engine; the forwards themselves are model plugins.
 
 Import the submodules (they need torch; this package itself imports nothing): ``loader``
-(``load_model``, the one entry point), ``llama`` (the forward and ``allocate_kv_caches``),
-``tokenizer``, ``detokenizer`` and ``chat_template``; ``gguf_file``, ``checkpoint`` and
-``conversion_cache`` read and write the formats.
+(``load_model``, the one entry point), ``architectures`` (the model plugin serving a file, through
+the registry), ``kv_cache`` (``allocate_kv_caches``), ``tokenizer``, ``detokenizer`` and
+``chat_template``; ``gguf_file``, ``checkpoint`` and ``conversion_cache`` read and write the formats.
 """

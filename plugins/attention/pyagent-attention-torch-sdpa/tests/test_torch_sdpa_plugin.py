@@ -32,7 +32,7 @@ def test_registers_the_spec_through_the_hook() -> None:
     spec = specs[0]
     assert (spec.name, spec.priority, spec.dtypes) == ("torch-sdpa", 10, ("float32", "bfloat16"))
     assert (spec.head_sizes, spec.block_sizes) == ((), ())
-    assert spec.prefill and spec.decode and spec.tree_mask and not spec.sliding_window
+    assert spec.prefill and spec.decode and spec.tree_mask and spec.sliding_window and spec.logits_soft_cap
     assert spec.summary and spec.install_hint and spec.requires == ("torch",)
 
 

@@ -111,12 +111,13 @@ def vtc_reference(history: Sequence[Event], state: SchedulerState,
     recomputed from the whole history.
 
     Service per request is the largest seen for it (prompt tokens computed at weight 1, generated
-    tokens at weight 2); lifts happen where a tenant starts waiting, to the lowest counter of the
-    tenants waiting before (else of those running).
+    tokens at weight 2). At each order call a tenant none of whose waiting requests waited at the
+    previous order call is lifted to the lowest counter of the tenants that have such a request, else
+    to the counter of the tenant of the last request of the previous order that no longer waits.
     """
     counters: dict[str, float] = {}
     charged: dict[str, float] = {}
-    waiting_before: set[str] = set()
+    previous: list[RequestView] = []  # the waiting views of the previous order call, in its order
 
     def charge(views: Sequence[RequestView]) -> None:
         for view in views:
@@ -126,15 +127,21 @@ def vtc_reference(history: Sequence[Event], state: SchedulerState,
                 counters[tenant] = counters.get(tenant, 0.0) + service - charged.get(view.request_id, 0)
                 charged[view.request_id] = service
 
-    def lift(seen: SchedulerState) -> None:
-        nonlocal waiting_before
-        waiting = {v.tenant or "" for v in seen.waiting}
-        base = (waiting_before & waiting) or {v.tenant or "" for v in seen.running}
-        for tenant in waiting - waiting_before:
+    def lift(seen: SchedulerState, order: Sequence[str]) -> None:
+        nonlocal previous
+        waiting_now = {v.request_id for v in seen.waiting}
+        before = {v.request_id for v in previous}
+        kept = {v.tenant or "" for v in seen.waiting if v.request_id in before}
+        by_id = {v.request_id: v for v in previous}
+        gone = [by_id[r].tenant or "" for r in previous_order if r not in waiting_now]
+        base = kept or set(gone[-1:])
+        for tenant in {v.tenant or "" for v in seen.waiting} - kept:
             if base:
                 counters[tenant] = max(counters.get(tenant, 0.0), min(counters.get(t, 0.0) for t in base))
-        waiting_before = waiting
+        previous = list(seen.waiting)
+        previous_order[:] = order
 
+    previous_order: list[str] = []
     for event in history:
         if event.call == "finished":
             charge([event.argument])
@@ -142,10 +149,10 @@ def vtc_reference(history: Sequence[Event], state: SchedulerState,
         else:
             charge(event.argument.running + event.argument.waiting)
             if event.call == "order":
-                lift(event.argument)
+                lift(event.argument, event.answer)
     charge(state.running + state.waiting)
     if ordering:
-        lift(state)
+        lift(state, [])
     pending = sorted(state.waiting, key=lambda v: v.arrival_time)
     projected = dict(counters)
     order: list[str] = []

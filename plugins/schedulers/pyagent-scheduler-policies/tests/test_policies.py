@@ -70,3 +70,20 @@ def served_share(policy_type: type, options: dict[str, object]) -> float:
 def test_fair_shares_service_where_fcfs_does_not() -> None:
     assert served_share(FairPolicy, DEFAULTS["fair"]) >= 0.95
     assert served_share(FcfsPolicy, {}) < 0.8
+
+
+def test_fair_gives_no_credit_for_time_spent_idle_between_two_order_calls() -> None:
+    """The engine asks for an order only in steps with waiting requests. Here the light tenant's
+    queue empties, it stays idle while the heavy one is served alone, then both send a request: VTC
+    lifts the light tenant to the counter of the tenant that left the queue last, so the earlier
+    request (the heavy tenant's) goes first; without the lift the light tenant would jump ahead."""
+    policy = FairPolicy(DEFAULTS["fair"], CONTEXT)
+    first = (view("l1", 0.0, tenant="light", prompt_tokens=10), view("h1", 0.1, tenant="heavy", prompt_tokens=10))
+    assert policy.order(SchedulerState(now=0.2, waiting=first)) == ["l1", "h1"]
+    policy.finished(view("l1", 0.0, tenant="light", prompt_tokens=10, output_tokens=1, max_tokens=1,
+                         served_tokens=11))
+    heavy_ran = view("h1", 0.1, tenant="heavy", prompt_tokens=10, output_tokens=495, max_tokens=1000,
+                     served_tokens=505)
+    second = (view("h2", 5.0, tenant="heavy", prompt_tokens=10), view("l2", 6.0, tenant="light", prompt_tokens=10))
+    assert policy.order(SchedulerState(now=7.0, waiting=second, running=(heavy_ran,))) == ["h2", "l2"]
+    assert policy.counters["light"] == policy.counters["heavy"]

@@ -22,6 +22,7 @@ class PagedAttention(AttentionBackend):
     def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
         super().__init__(options, context)
         self.threads = int(self.options["threads"])
+        self.soft_cap = context.logits_soft_cap
         self._layout: tuple[AttentionMetadata, PagedLayout] | None = None
 
     def layout(self, metadata: AttentionMetadata) -> PagedLayout:
@@ -57,4 +58,5 @@ class PagedAttention(AttentionBackend):
         """Store ``k``/``v`` at their slots, then attend; ``ValueError`` for inputs that do not fit."""
         self.check_inputs(q, k, v, kv_cache, metadata)
         return self.layout(metadata).attend(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,
-                                            scale=self.scale, threads=self.threads)
+                                            scale=self.scale, window=self.context.window(layer),
+                                            soft_cap=self.soft_cap, threads=self.threads)

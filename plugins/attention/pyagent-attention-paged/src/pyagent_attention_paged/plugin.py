@@ -15,7 +15,8 @@ SPEC = AttentionSpec(
         "sequence's keys/values block by block in place (no gather copy). The query heads of a "
         "key/value head are processed together (GQA: each block read once per group), with an "
         "online float32 softmax; decode, prefill, chunked prefill, mixed batches and draft-tree "
-        "masks; float32 and bfloat16 (widened to float32); any block and head size. A sequence's "
+        "masks, sliding windows (only the window's keys are read) and capped scores; float32 and "
+        "bfloat16 (widened to float32); any block and head size. A sequence's "
         "output does not depend on the rest of its batch. Without the compiled extension it runs "
         "on pyagent-kernels' pure-torch fallback (much slower) and `--check` reports it unavailable."
     ),
@@ -34,6 +35,8 @@ SPEC = AttentionSpec(
     prefill=True,
     decode=True,
     tree_mask=True,
+    sliding_window=True,
+    logits_soft_cap=True,
 )
 """The backend's spec record: also what the tests run the conformance kit against."""
 

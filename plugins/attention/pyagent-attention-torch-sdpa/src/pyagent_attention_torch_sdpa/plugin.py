@@ -15,7 +15,9 @@ SPEC = AttentionSpec(
         "new token per sequence) get one SDPA call each with batch_invariant on, else one call for the "
         "batch over a padded key tensor with a key-padding mask; sequences with several new tokens "
         "(prefill, chunked prefill, draft trees) "
-        "get one SDPA call each with a causal or tree mask. Any head size and block size."
+        "get one SDPA call each with a causal or tree mask. Sliding windows narrow the masks; "
+        "capped scores (logits_soft_cap) run the same computation written out in float32. Any head "
+        "size and block size."
     ),
     priority=10,
     options={"batch_invariant": OptionSpec(
@@ -31,6 +33,8 @@ SPEC = AttentionSpec(
     prefill=True,
     decode=True,
     tree_mask=True,
+    sliding_window=True,
+    logits_soft_cap=True,
 )
 """The backend's spec record: also what the tests run the conformance kit against."""
 

@@ -6,9 +6,17 @@ computed (recomputation after a preemption included) and ``output_weight`` per t
 policy learns the service from the views it is shown (``served_tokens``, ``output_tokens``) and from
 ``finished``. The waiting requests are ordered by serving, again and again, the tenant with the
 lowest counter (ties: the one whose oldest waiting request arrived first) its oldest waiting request,
-counting that request's prompt against the tenant before the next pick. A tenant that starts waiting
-is lifted to the lowest counter among the tenants that were already waiting (or, when none was, among
-those running), so time spent idle earns no credit. Requests without a tenant share the anonymous one.
+counting that request's prompt against the tenant before the next pick.
+
+As in VTC, time spent idle earns no credit: a tenant that starts waiting is lifted to the lowest
+counter among the tenants that kept waiting, or, when none did, to the counter of the tenant whose
+request left the queue last (VTC's "last client that left"). Whether a tenant starts waiting is read
+from request ids, not from the tenants seen waiting at the previous call: a host asks for an order only
+in steps with waiting requests, so a tenant whose queue emptied between two calls would otherwise look
+as if it had waited all along, and come back with the credit of its idle time. A tenant kept waiting
+when one of its requests that waited at the previous call still waits (arrivals come between steps,
+and what a step admits it admits right after the order). Requests without a tenant share the
+anonymous one.
 """
 
 from __future__ import annotations
@@ -17,6 +25,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyagent_core.interfaces.scheduler import RequestView, SchedulerContext, SchedulerState, SchedulingPolicy
+
+
+def waiting_ids(state: SchedulerState) -> set[str]:
+    """The ids of ``state``'s waiting requests."""
+    return {view.request_id for view in state.waiting}
 
 
 def tenant_of(view: RequestView) -> str:
@@ -29,6 +42,8 @@ class FairPolicy(SchedulingPolicy):
 
     Attributes:
         counters: weighted service per tenant so far.
+        waiting_ids: the requests that waited at the previous ``order``.
+        last_order: that order, as (request id, tenant).
     """
 
     def __init__(self, options: Mapping[str, Any], context: SchedulerContext) -> None:
@@ -37,7 +52,8 @@ class FairPolicy(SchedulingPolicy):
         self.output_weight = float(self.options["output_weight"])
         self.counters: dict[str, float] = {}
         self.charged: dict[str, float] = {}
-        self.backlogged: set[str] = set()
+        self.waiting_ids: set[str] = set()
+        self.last_order: list[tuple[str, str]] = []
 
     def service(self, view: RequestView) -> float:
         """The weighted service ``view`` shows it has received."""
@@ -54,20 +70,22 @@ class FairPolicy(SchedulingPolicy):
                 self.charged[view.request_id] = service
 
     def _lift(self, state: SchedulerState) -> None:
-        waiting = {tenant_of(view) for view in state.waiting}
-        still = self.backlogged & waiting
-        floor_from = still or {tenant_of(view) for view in state.running}
+        now_waiting = waiting_ids(state)
+        kept = {tenant_of(view) for view in state.waiting if view.request_id in self.waiting_ids}
+        left = [tenant for request_id, tenant in self.last_order if request_id not in now_waiting]
+        floor_from = kept or set(left[-1:])
         if floor_from:
             floor = min(self.counters.get(t, 0.0) for t in floor_from)
-            for tenant in sorted(waiting - self.backlogged):
+            for tenant in sorted({tenant_of(view) for view in state.waiting} - kept):
                 self.counters[tenant] = max(self.counters.get(tenant, 0.0), floor)
-        self.backlogged = waiting
+        self.waiting_ids = now_waiting
 
     def order(self, state: SchedulerState) -> list[str]:
         """The waiting ids as VTC would admit them, one pick at a time."""
         self._charge(state.running + state.waiting)
         self._lift(state)
         queues: dict[str, list[RequestView]] = {}
+        by_id = {view.request_id: view for view in state.waiting}
         for view in sorted(state.waiting, key=lambda view: view.arrival_time):
             queues.setdefault(tenant_of(view), []).append(view)
         counters = {tenant: self.counters.get(tenant, 0.0) for tenant in queues}
@@ -79,6 +97,7 @@ class FairPolicy(SchedulingPolicy):
             if not queues[tenant]:
                 del queues[tenant]
             order.append(view.request_id)
+        self.last_order = [(request_id, tenant_of(by_id[request_id])) for request_id in order]
         return order
 
     def victim(self, state: SchedulerState) -> str:

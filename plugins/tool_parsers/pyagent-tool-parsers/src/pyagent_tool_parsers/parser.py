@@ -59,8 +59,8 @@ class FormatToolParser(Streaming, ToolParser):
 
         The tag has one structure per allowed tool: the text this format writes before the
         arguments, the tool's parameter schema, and the text after them; its trigger is what
-        every call starts with. ``"required"`` allows every tool, ``{"type": "function",
-        "function": {"name": NAME}}`` only NAME.
+        every call starts with, and ``at_least_one`` makes the output open with a call.
+        ``"required"`` allows every tool, ``{"type": "function", "function": {"name": NAME}}`` only NAME.
 
         Raises:
             RequestError: an unknown ``tool_choice`` or tool, no tools, or a format whose
@@ -82,7 +82,8 @@ class FormatToolParser(Streaming, ToolParser):
             begin, end = written.split(slot)
             structures.append({"begin": begin, "schema": dict(self.toolset.schemas[name]), "end": end})
         begins = [s["begin"] for s in structures]
-        return ConstraintSpec(structural_tag={"structures": structures, "triggers": [self._trigger(begins)]})
+        return ConstraintSpec(structural_tag={"structures": structures, "triggers": [self._trigger(begins)],
+                                              "at_least_one": True})
 
     def _chosen(self, tool_choice: str | Mapping[str, Any]) -> list[str] | None:
         if tool_choice in ("auto", "none"):

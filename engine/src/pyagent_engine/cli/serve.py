@@ -1,0 +1,156 @@
+"""``pyagent serve``: the OpenAI-compatible HTTP server (see :mod:`pyagent_engine.server`).
+
+It takes every engine flag of ``pyagent generate`` (the same option declarations), the server's
+own (address, key, names, parsers, limits) and the sampler flags, whose per-request values become
+every request's defaults. FastAPI, uvicorn and the engine are imported inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from pyagent_core.cli import parse as parse_cli
+from pyagent_core.errors import RequestError
+from pyagent_core.options import parse_assignments
+from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags
+from pyagent_engine.cli import speculative as spec_cli
+from pyagent_engine.cli.generate import (
+    AttentionOpt,
+    AttentionOptsOpt,
+    DequantizeOpt,
+    DtypeOpt,
+    KvOpt,
+    ModelOpt,
+    build_llm,
+    engine_fields,
+)
+from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
+from pyagent_engine.models.config import DEFAULT_DTYPE
+
+if TYPE_CHECKING:
+    from pyagent_engine.llm import LLM
+    from pyagent_engine.models.chat_template import ChatTemplate
+    from pyagent_engine.server.state import ServerConfig
+
+PANEL = "Server"
+NONE = "none"
+"""The parser name that turns a parser off instead of detecting one from the chat template."""
+
+
+def _option(flag: str, text: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=text, rich_help_panel=PANEL)
+
+
+def chat_template(llm: LLM, path: Path | None) -> ChatTemplate | None:
+    """The model's chat template, or the one in ``path``."""
+    from pyagent_engine.models.chat_template import ChatTemplate
+
+    model = llm.loaded.chat_template
+    if path is None:
+        return model
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise RequestError(f"cannot read the chat template {path}: {error.strerror}; give an existing file") from None
+    return ChatTemplate(source, model.bos_token if model else "", model.eos_token if model else "")
+
+
+def parser_name(given: str | None, template: ChatTemplate | None, detect: str) -> str | None:
+    """``given`` (``none``: off), else the parser detected from the chat template (``None``: none matched)."""
+    from pyagent_core import parsing
+
+    if given is not None:
+        return None if given == NONE else given
+    if template is None:
+        return None
+    return parsing.detect_tool_parser(template.source) if detect == "tool" else \
+        parsing.detect_reasoning_parser(template.source)
+
+
+def serve(
+    model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, kv_cache_gib: KvOpt = 1.0,
+    grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
+    no_jump_forward: constraints.NoJumpForwardOpt = False,
+    speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
+    spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
+    prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
+    eviction_opt: cache_flags.EvictionOptsOpt = None, kv_hash: cache_flags.KvHashOpt = "sha256",
+    offload_blocks: cache_flags.OffloadOpt = 0, scheduler: batch_flags.SchedulerOpt = None,
+    scheduler_opt: batch_flags.SchedulerOptsOpt = None,
+    max_num_seqs: batch_flags.MaxNumSeqsOpt = 32, max_num_batched_tokens: batch_flags.MaxNumBatchedTokensOpt = 1024,
+    block_size: batch_flags.BlockSizeOpt = 16, logprobs_mode: logprob_flags.LogprobsModeOpt = "raw",
+    host: Annotated[str, _option("--host", "Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, _option("--port", "Port to listen on.")] = 8000,
+    api_key: Annotated[str | None, typer.Option(
+        "--api-key", envvar="PYAGENT_API_KEY", rich_help_panel=PANEL,
+        help="Bearer key every /v1 and tokenizer request must carry (default: none, open).")] = None,
+    served_model_name: Annotated[list[str] | None, _option(
+        "--served-model-name", "Name(s) the model answers to (repeatable; default: the model file's name).")] = None,
+    tool_parser: parse_cli.ToolParserOpt = None, tool_parser_opt: parse_cli.ToolParserOptsOpt = None,
+    reasoning_parser: parse_cli.ReasoningOpt = None, reasoning_parser_opt: parse_cli.ReasoningOptsOpt = None,
+    template_path: Annotated[Path | None, _option(
+        "--chat-template", "Jinja chat template file to use instead of the model's.")] = None,
+    max_body_bytes: Annotated[int, _option("--max-body-bytes", "Largest request body; larger get a 413.")] = 4 * 2**20,
+    max_waiting: Annotated[int, _option(
+        "--max-waiting", "Most requests waiting to start; more get a 503.")] = 256,
+    max_concurrent: Annotated[int, _option(
+        "--max-concurrent", "Most requests in the engine at once, running and waiting (0: no cap); more: 503.")] = 0,
+    request_timeout: Annotated[float, _option(
+        "--request-timeout", "Seconds a request may run before it is aborted (0: no limit).")] = 600.0,
+    shutdown_grace: Annotated[float, _option(
+        "--shutdown-grace", "Seconds running requests get to finish after SIGTERM before they are aborted.")] = 30.0,
+    log_level: Annotated[str, _option("--log-level", "uvicorn's log level.")] = "info",
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, tools, structured output).
+
+    The parsers default to those detected from the chat template (--tool-parser none turns it off).
+    """
+    from pyagent_engine.async_engine import AsyncEngine
+    from pyagent_engine.server.app import build_app
+    from pyagent_engine.server.launch import run
+    from pyagent_engine.server.metrics import metrics_router
+    from pyagent_engine.server.state import ServerConfig, ServerState
+
+    for name, value in (("--max-body-bytes", max_body_bytes), ("--max-waiting", max_waiting)):
+        if value <= 0:
+            raise RequestError(f"{name} must be positive, got {value}")
+    engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
+                                  scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
+    llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
+                    constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward),
+                    spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
+                    dequantize)
+    template = chat_template(llm, template_path)
+    config = ServerConfig(
+        model_names=tuple(served_model_name or [llm.loaded.source.stem]), api_key=api_key,
+        tool_parser=parser_name(tool_parser, template, "tool"),
+        reasoning_parser=parser_name(reasoning_parser, template, "reasoning"),
+        tool_parser_options=parse_assignments(tool_parser_opt or []),
+        reasoning_parser_options=parse_assignments(reasoning_parser_opt or []),
+        sampler_defaults=dict(sampler.params) if sampler else {}, max_body_bytes=max_body_bytes,
+        grace_s=shutdown_grace)
+    _check_parsers(config)
+    engine = AsyncEngine(llm, max_waiting=max_waiting, max_concurrent=max_concurrent,
+                         timeout_s=request_timeout or None)
+    state = ServerState(engine, config, template)
+    typer.echo(f"pyagent serve: {', '.join(config.model_names)} on http://{host}:{port} "
+               f"[{', '.join(f'{k}={v}' for k, v in llm.engine.backends.items())}; tool parser "
+               f"{config.tool_parser or '-'}, reasoning parser {config.reasoning_parser or '-'}]", err=True)
+    run(build_app(state, [metrics_router(state)]), state, host, port, log_level)
+
+
+def _check_parsers(config: ServerConfig) -> None:
+    """Build the parsers once, so a bad name or option fails before the server starts."""
+    from pyagent_core.parsing import build_message_parser
+
+    build_message_parser(config.tool_parser, config.reasoning_parser, tool_options=config.tool_parser_options,
+                         reasoning_options=config.reasoning_parser_options)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to ``app``."""
+    app.command("serve")(with_sampler_flags(serve))

@@ -1,0 +1,122 @@
+"""The FastAPI application: the OpenAI routes, the tokenizer routes, health and version.
+
+:func:`build_app` takes extra routers (a metrics route, say) and mounts them beside its own, so a
+plugin's route needs no change here. Generation and tokenizer routes sit behind the API key when the
+server has one; ``/health``, ``/version`` and the extra routers do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from pyagent_engine.server import chat, completions
+from pyagent_engine.server.errors import bad_request, install_error_handlers
+from pyagent_engine.server.limits import BodySizeLimit, api_key_guard
+from pyagent_engine.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from pyagent_engine.server.state import ServerState
+from pyagent_engine.server.tools import history
+
+
+def openai_router(state: ServerState) -> APIRouter:
+    """``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/tokenize`` and ``/detokenize``."""
+    router = APIRouter(dependencies=[Depends(api_key_guard(state.config.api_key))])
+
+    @router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")
+    async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
+        return await chat.chat_completions(body, request, state)
+
+    @router.post("/v1/completions", summary="Create a completion (OpenAI).")
+    async def create_completion(body: CompletionRequest, request: Request) -> Any:
+        return await completions.completions(body, request, state)
+
+    @router.get("/v1/models", summary="List the served model (OpenAI).")
+    async def list_models() -> dict[str, Any]:
+        data = [{"id": name, "object": "model", "created": state.created, "owned_by": "pyagent",
+                 "max_model_len": state.max_model_len} for name in state.config.model_names]
+        return {"object": "list", "data": data}
+
+    @router.post("/tokenize", summary="Token ids of a prompt, or of chat messages through the chat template.")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        state.check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise bad_request("give prompt or messages (exactly one)", "prompt")
+        if body.messages is None:
+            tokens = state.tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
+        else:
+            if state.chat_template is None:
+                raise bad_request("this model has no chat template; tokenize a prompt instead", "messages")
+            text = state.chat_template.render(history(ChatCompletionRequest(messages=body.messages)),
+                                              add_generation_prompt=body.add_generation_prompt)
+            tokens = state.tokenizer.encode(text, add_special_tokens=False)
+        return {"count": len(tokens), "max_model_len": state.max_model_len, "tokens": list(tokens)}
+
+    @router.post("/detokenize", summary="The text of token ids.")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        state.check_model(body.model)
+        vocab = state.engine.llm.loaded.config.vocab_size
+        outside = [t for t in body.tokens if not 0 <= t < vocab]
+        if outside:
+            raise bad_request(f"token ids must be in [0, {vocab}); got {outside[:5]}", "tokens")
+        return {"prompt": state.tokenizer.decode(body.tokens)}
+
+    return router
+
+
+def service_router(state: ServerState) -> APIRouter:
+    """``/health`` (the engine's load; 503 while shutting down) and ``/version``."""
+    router = APIRouter()
+
+    @router.get("/health", summary="Whether the server takes requests, and the engine's load.")
+    async def health() -> JSONResponse:
+        engine = state.engine
+        load = engine.load
+        body = {"status": "draining" if engine.draining else "ok", "running": load.running, "waiting": load.waiting,
+                "kv_blocks_free": load.kv_blocks_free, "kv_blocks_total": load.kv_blocks_total}
+        return JSONResponse(body, status_code=503 if engine.draining else 200)
+
+    @router.get("/version", summary="Versions of the engine and the core.")
+    async def version() -> dict[str, str]:
+        import pyagent_core
+        import pyagent_engine
+
+        return {"version": pyagent_engine.__version__, "pyagent_core": pyagent_core.__version__}
+
+    return router
+
+
+def build_app(state: ServerState, routers: Sequence[APIRouter] = ()) -> FastAPI:
+    """The application serving ``state``'s engine, with ``routers`` mounted beside the built-in routes.
+
+    The engine thread starts with the application and stops with it, after the grace period.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.engine.start()
+        yield
+        await state.engine.shutdown(state.config.grace_s)
+
+    app = FastAPI(title="pyagent", summary="An OpenAI-compatible server over the pyagent engine.",
+                  version=_version(), lifespan=lifespan)
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=state.config.max_body_bytes)
+    for router in (openai_router(state), service_router(state), *routers):
+        app.include_router(router)
+    app.state.pyagent = state
+    return app
+
+
+def _version() -> str:
+    import pyagent_engine
+
+    return pyagent_engine.__version__

@@ -1,0 +1,285 @@
+"""Kit: an architecture end to end, from a tiny transformers checkpoint to pyagent's greedy tokens.
+
+Subclass :class:`CheckpointConformance` in a model plugin's tests and name the architecture
+(``model_type``, ``gguf_arch``) and a tiny ``config``. Once per test class the kit builds
+transformers' own model of that config with random weights (seeded), a real byte-level BPE tokenizer
+(trained with ``tokenizers`` on a few sentences, with ChatML special tokens and chat template), saves
+them as a checkpoint folder (safetensors, ``tokenizer.json``, ``tokenizer_config.json``), and writes
+the same weights as a GGUF file with the ``gguf`` package's writer, its tensor-name map for
+``gguf_arch`` and its metadata keys (q/k rows permuted as llama.cpp's converter does where
+``permute_qk`` says so). The checks: pyagent's float32 logits of the folder agree with transformers'
+within ``logits_atol`` at every prompt position; 32 greedy tokens of the engine equal transformers'
+on the folder and on the GGUF file; both tokenizers encode text alike; ``pyagent bench engine`` runs
+on the folder; a config missing a key, a
+folder without its tokenizer and a GGUF without its vocabulary are errors naming the file and what
+is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import gguf
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer as BackendTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from pyagent_core.errors import ModelFormatError
+from pyagent_core.testing.model import metadata, random_weights
+from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
+from pyagent_engine.engine import EngineConfig
+from pyagent_engine.llm import LLM
+from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
+from pyagent_engine.models.loader import load_model
+from pyagent_engine.params import SamplingParams
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog. Paged attention keeps keys and values in blocks.",
+    "Grouped-query attention shares each key and value head between several query heads.",
+    "A tokenizer turns text into ids; 12 plus 30 is 42, and 7 times 6 is 42 too.",
+    "Rotary position embeddings rotate pairs of dimensions by an angle that grows with the position.",
+)
+BLOCK_SIZE = 4
+TEXTS = ("Why is the sky blue?", "Keys and values, 1234 blocks!", "  spaced\tout\nlines  ")
+
+
+def train_tokenizer(vocab_size: int = 320) -> BackendTokenizer:
+    """A byte-level BPE tokenizer (GPT-2's split and byte alphabet) trained on :data:`CORPUS`,
+    with :data:`SPECIAL_TOKENS` as special tokens."""
+    tokenizer = BackendTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return tokenizer
+
+
+def gguf_arch_of(name: str) -> gguf.MODEL_ARCH:
+    """The ``gguf.MODEL_ARCH`` whose ``general.architecture`` is ``name``."""
+    return next(arch for arch, arch_name in gguf.MODEL_ARCH_NAMES.items() if arch_name == name)
+
+
+def permute_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's reordering of q/k rows per head: halves to interleaved pairs."""
+    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
+        weight.shape)
+
+
+def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool, norm_offset: float = 0.0) -> None:
+    """The checkpoint ``folder`` (config, safetensors, tokenizer) as a float32 GGUF file of ``arch``
+    (``norm_offset`` added to every ``*norm.weight``, as llama.cpp's Gemma converters add 1)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    template = json.loads((folder / "tokenizer_config.json").read_text())["chat_template"]
+    weights = load_file(folder / "model.safetensors")
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer = gguf.GGUFWriter(path, arch=arch)
+    writer.add_name("tiny " + arch)
+    writer.add_block_count(layers)
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    rope = config.get("rope_parameters") or {}
+    writer.add_rope_freq_base(rope.get("full_attention", rope).get("rope_theta", config.get("rope_theta", 10000.0)))
+    if "sliding_attention" in rope:  # Gemma 3's local layers
+        writer.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    if config.get("sliding_window"):
+        writer.add_sliding_window(config["sliding_window"])
+    for key, add in (("attn_logit_softcapping", writer.add_attn_logit_softcapping),
+                     ("final_logit_softcapping", writer.add_final_logit_softcapping)):
+        if config.get(key):
+            add(config[key])
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda item: item[1])
+    added = {token["id"]: token["content"] for token in tokenizer["added_tokens"]}
+    tokens = [added.get(i, token) for i, (token, _) in enumerate(vocab)]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if i in added else gguf.TokenType.NORMAL
+                            for i in range(len(tokens))])
+    merges = tokenizer["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_chat_template(template)
+    name_map = gguf.get_tensor_name_map(gguf_arch_of(arch), layers)
+    for name, tensor in weights.items():
+        base, _, suffix = name.rpartition(".")
+        values = tensor.float().numpy()
+        if name.endswith("norm.weight"):
+            values = values + np.float32(norm_offset)
+        if permute_qk and base.endswith(("q_proj", "k_proj")):
+            values = permute_rows(values, heads if base.endswith("q_proj") else kv_heads)
+        writer.add_tensor(f"{name_map.get_name(base)}.{suffix}", np.ascontiguousarray(values))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+class CheckpointConformance:
+    """An architecture's tiny checkpoint end to end; subclasses set ``model_type``, ``gguf_arch`` and ``config``.
+
+    Attributes:
+        model_type: transformers' ``model_type`` (picks its config and model classes).
+        gguf_arch: the GGUF ``general.architecture`` the file is written as.
+        config: the tiny model's hyper-parameters (the vocabulary and special tokens are the kit's).
+        permute_qk: llama.cpp's converter permutes q/k rows for this architecture (``llama``).
+        gguf_norm_offset: what llama.cpp's converter adds to the norm weights (1 for Gemma).
+        logits_atol: largest difference allowed between pyagent's and transformers' float32 logits.
+        greedy_tokens: how many greedy tokens must be equal.
+    """
+
+    model_type: ClassVar[str]
+    gguf_arch: ClassVar[str]
+    config: ClassVar[Mapping[str, Any]]
+    permute_qk: ClassVar[bool] = False
+    gguf_norm_offset: ClassVar[float] = 0.0
+    logits_atol: ClassVar[float] = 1e-4
+    greedy_tokens: ClassVar[int] = 32
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def checkpoint_dir(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """transformers' model with random weights and the kit's tokenizer, saved as a checkpoint folder."""
+        transformers = pytest.importorskip("transformers")
+        tokenizer = train_tokenizer()
+        eos = tokenizer.token_to_id("<|im_end|>")
+        hf_config = transformers.AutoConfig.for_model(cls.model_type, **cls.config,
+                                                      vocab_size=tokenizer.get_vocab_size(), eos_token_id=eos,
+                                                      bos_token_id=None, pad_token_id=None)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(hf_config).float().eval()
+        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+        model.load_state_dict(random_weights(shapes), strict=False)
+        folder = tmp_path_factory.mktemp(cls.model_type)
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML, "eos_token": "<|im_end|>",
+             "bos_token": None}))
+        return folder
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def gguf_path(cls, checkpoint_dir: Path) -> Path:
+        """The same weights, tokenizer and template as a GGUF file."""
+        path = checkpoint_dir.parent / f"{cls.model_type}-tiny.gguf"
+        write_gguf(checkpoint_dir, path, cls.gguf_arch, cls.permute_qk, cls.gguf_norm_offset)
+        return path
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def hf_model(cls, checkpoint_dir: Path) -> Any:
+        """transformers' model of the folder, float32."""
+        transformers = pytest.importorskip("transformers")
+        return transformers.AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def prompt_ids(cls, checkpoint_dir: Path) -> list[int]:
+        """A chat prompt rendered with the checkpoint's template and tokenized by pyagent."""
+        loaded = load_model(checkpoint_dir)
+        assert loaded.chat_template is not None
+        text = loaded.chat_template.render([{"role": "user", "content": "Why is the sky blue?"}],
+                                           add_generation_prompt=True)
+        return loaded.tokenizer.encode(text, add_special_tokens=False)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def hf_greedy(cls, hf_model: Any, prompt_ids: list[int]) -> list[int]:
+        """transformers' greedy continuation (no stop token), one full forward per token."""
+        ids = list(prompt_ids)
+        with torch.no_grad():
+            for _ in range(cls.greedy_tokens):
+                ids.append(int(hf_model(torch.tensor([ids])).logits[0, -1].argmax()))
+        return ids[len(prompt_ids):]
+
+    def greedy(self, model: Path, prompt_ids: Sequence[int]) -> list[int]:
+        """pyagent's engine's greedy continuation of ``prompt_ids`` from ``model`` (folder or GGUF; a GGUF
+        goes through the conversion cache, kept beside it)."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CACHE_DIR_ENV, str(model.parent / "cache"))
+            llm = LLM(str(model), config=EngineConfig(kv_cache_gib=0.01))
+        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+        [output] = llm.generate([list(prompt_ids)], params)
+        assert output.error is None, output.error
+        return list(output.output_token_ids)
+
+    def test_folder_logits_match_transformers(self, checkpoint_dir: Path, hf_model: Any,
+                                              prompt_ids: list[int]) -> None:
+        loaded = load_model(checkpoint_dir)
+        config, count = loaded.config, len(prompt_ids)
+        blocks = -(-count // BLOCK_SIZE)
+        caches = [torch.zeros((2, blocks, BLOCK_SIZE, config.num_kv_heads, config.head_dim))
+                  for _ in range(config.num_layers)]
+        attention = import_template("attention").impl.KitReference(
+            {}, loaded.model.attention_context(config, BLOCK_SIZE, "float32"))
+        ours = loaded.model.forward(torch.tensor(prompt_ids), torch.arange(count), caches,
+                                    metadata([list(range(blocks))], [0], [count], BLOCK_SIZE), attention,
+                                    torch.arange(count))
+        with torch.no_grad():
+            reference = hf_model(torch.tensor([prompt_ids])).logits[0].float()
+        assert (ours - reference).abs().max().item() <= self.logits_atol
+
+    def test_folder_greedy_tokens_match_transformers(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                                     hf_greedy: list[int]) -> None:
+        assert self.greedy(checkpoint_dir, prompt_ids) == hf_greedy
+
+    def test_gguf_gives_the_same_tokens(self, gguf_path: Path, prompt_ids: list[int], hf_greedy: list[int]) -> None:
+        loaded = load_model(gguf_path, use_cache=False)
+        assert loaded.chat_template is not None
+        assert self.greedy(gguf_path, prompt_ids) == hf_greedy
+
+    def test_gguf_tokenizer_encodes_like_the_folders(self, checkpoint_dir: Path, gguf_path: Path) -> None:
+        folder, file = load_model(checkpoint_dir).tokenizer, load_model(gguf_path, use_cache=False).tokenizer
+        for text in TEXTS:
+            assert file.encode(text) == folder.encode(text)
+
+    def test_bench_engine_runs_on_the_folder(self, checkpoint_dir: Path) -> None:
+        """``pyagent bench engine --model FOLDER`` measures pyagent and transformers on it (float32, one
+        prompt, one concurrency; only the report's shape is checked)."""
+        settings = attrs.evolve(EngineBenchSettings.quick(("float32",), model=checkpoint_dir), concurrency=(1,))
+        report = run_engine_benchmark(settings)
+        assert report["model"] == checkpoint_dir.name and not report["peers"]["llama.cpp"]["available"]
+        engines = {row["engine"] for row in report["single_stream"] if row["decode_tok_s"] > 0}
+        assert engines == {"pyagent", "transformers"}
+
+    def test_a_missing_config_key_names_the_file_and_key(self, checkpoint_dir: Path,
+                                                         tmp_path: Path) -> None:
+        folder = tmp_path / "partial"
+        shutil.copytree(checkpoint_dir, folder)
+        data = json.loads((folder / "config.json").read_text())
+        del data["num_hidden_layers"]
+        (folder / "config.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFormatError, match=f"{folder / 'config.json'} lacks the required key "
+                                                   "'num_hidden_layers'"):
+            load_model(folder)
+
+    def test_a_missing_tokenizer_names_the_folder_and_file(self, checkpoint_dir: Path, tmp_path: Path) -> None:
+        folder = tmp_path / "untokenized"
+        shutil.copytree(checkpoint_dir, folder)
+        (folder / "tokenizer.json").unlink()
+        with pytest.raises(ModelFormatError, match=f"{folder} is not a model checkpoint: it lacks tokenizer.json"):
+            load_model(folder)

@@ -1,0 +1,106 @@
+"""Gemma 2 and Gemma 3 (text) against the model kit (transformers' models as the reference) and end to end
+from tiny transformers checkpoints, as safetensors and as GGUF files (norms stored as 1 + w, as
+llama.cpp's converter writes them). Every prompt is longer than the sliding window."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+
+from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.testing.model import ModelConformance, transformers_logits
+from pyagent_engine.testing.checkpoints import CheckpointConformance
+from pyagent_model_gemma.model import Gemma2, Gemma3
+from pyagent_model_gemma.plugin import GEMMA2, GEMMA3
+
+#: head_dim 16 == query_pre_attn_scalar, as GGUF files assume (llama.cpp scales by head_dim ** -0.5).
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "query_pre_attn_scalar": 16, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+        "sliding_window": 6}
+GEMMA2_TINY = {**TINY, "num_hidden_layers": 3, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 4.0,
+               "rope_theta": 10000.0}
+GEMMA3_TINY = {**TINY, "num_hidden_layers": 7, "rope_theta": 1e6, "rope_local_base_freq": 1e4}
+
+
+class _GemmaKit(ModelConformance):
+    prompt_length = 24
+    #: Gemma's random-weight logits reach ~100 (scaled embeddings, 1 + w norms): float32 rounding grows.
+    reference_atol = 5e-4
+
+    def reference_logits(self, config_json, weights, ids):
+        return transformers_logits({**config_json, "model_type": self.spec.name if self.spec is GEMMA2
+                                    else "gemma3_text"}, weights, ids)
+
+    def test_the_window_is_what_makes_it_match(self) -> None:
+        """Dropping the sliding windows moves the logits far from transformers'."""
+        config = self.make_config()
+        weights = self.make_weights(config)
+        ids = self.prompt(config)
+        model = self.make_model(weights=weights)
+        context = attrs.evolve(self.impl.attention_context(config, self.block_size, "float32"), sliding_windows=())
+        unwindowed = type(self.make_attention(model))({}, context)
+        reference = self.reference_logits(dict(self.config_json), weights, ids)
+        assert (self.prefill(model, ids, unwindowed) - reference).abs().max().item() > 0.1
+
+
+class TestGemma2(_GemmaKit):
+    impl = Gemma2
+    spec = GEMMA2
+    config_json: ClassVar[dict[str, Any]] = {"architectures": ["Gemma2ForCausalLM"], "vocab_size": 96,
+                                             "tie_word_embeddings": True, **GEMMA2_TINY}
+
+    def test_the_caps_are_what_makes_it_match(self) -> None:
+        """Uncapped attention scores, or uncapped final logits, leave transformers' far behind."""
+        config = self.make_config()
+        weights = self.make_weights(config)
+        ids = self.prompt(config)
+        reference = self.reference_logits(dict(self.config_json), weights, ids)
+        model = self.make_model(weights=weights)
+        context = attrs.evolve(Gemma2.attention_context(config, self.block_size, "float32"), logits_soft_cap=None)
+        uncapped = self.prefill(model, ids, type(self.make_attention(model))({}, context))
+        assert (uncapped - reference).abs().max().item() > 0.1
+        assert self.prefill(model, ids).abs().max().item() <= 4.0  # the final cap bounds every logit
+
+
+class TestGemma3(_GemmaKit):
+    impl = Gemma3
+    spec = GEMMA3
+    config_json: ClassVar[dict[str, Any]] = {
+        "architectures": ["Gemma3ForCausalLM"], "vocab_size": 96, "tie_word_embeddings": True, **GEMMA3_TINY,
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+
+    def test_layers_alternate_five_local_to_one_global(self) -> None:
+        config = self.make_config()
+        assert Gemma3.windows(config) == (6, 6, 6, 6, 6, None, 6)
+        context = Gemma3.attention_context(config, 4, "float32")
+        assert context.scale == 16**-0.5 and context.logits_soft_cap is None
+
+
+class TestGemma2Checkpoint(CheckpointConformance):
+    model_type = "gemma2"
+    gguf_arch = "gemma2"
+    gguf_norm_offset = 1.0
+    logits_atol = 5e-4
+    config: ClassVar[dict[str, Any]] = {**GEMMA2_TINY, "tie_word_embeddings": True}
+
+
+class TestGemma3Checkpoint(CheckpointConformance):
+    model_type = "gemma3_text"
+    gguf_arch = "gemma3"
+    gguf_norm_offset = 1.0
+    logits_atol = 5e-4
+    config: ClassVar[dict[str, Any]] = {**GEMMA3_TINY, "tie_word_embeddings": True}
+
+
+def test_bad_configs_are_named():
+    data = {**TestGemma2.config_json, "layer_types": ["sliding_attention"]}
+    with pytest.raises(ModelFormatError, match=r"g/config\.json: layer_types must list 3 entries"):
+        Gemma2.config_from_hf(data, "gemma2", "g/config.json")
+    data = {**TestGemma3.config_json, "rope_scaling": {"rope_type": "yarn", "factor": 8.0}}
+    with pytest.raises(UnsupportedModelError, match="rope scaling 'yarn'; pyagent's gemma3 implements linear"):
+        Gemma3.config_from_hf(data, "gemma3", "g/config.json")
+    data = {**TestGemma2.config_json, "hidden_activation": "relu"}
+    with pytest.raises(UnsupportedModelError, match="hidden_activation 'relu'"):
+        Gemma2.config_from_hf(data, "gemma2", "g/config.json")

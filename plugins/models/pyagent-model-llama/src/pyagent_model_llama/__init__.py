@@ -1,0 +1,1 @@
+"""The Llama architecture for pyagent: a declaration on :mod:`pyagent_model_base`'s decoder."""

@@ -1,0 +1,274 @@
+"""Conformance kit for model architectures (:class:`~pyagent_core.interfaces.model.CausalLM`).
+
+A plugin's test sets ``impl``, ``spec`` and ``config_json`` (a tiny ``config.json`` of its
+architecture: a few layers, a small hidden size). The kit builds the model on random weights of the
+shapes the class declares and checks the files' side (config round trip, missing keys named,
+GGUF names for every weight, missing weights named) and the forward's: float32 logits of the rows
+asked for, one attention call per layer in order, decode steps that give the prefill's logits,
+sequences batched in scattered blocks and prefilled in chunks that give their own logits, and
+bfloat16 close to float32. A test that overrides :meth:`ModelConformance.reference_logits` (with
+transformers' model of the same config and weights, say) is also compared against it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from pyagent_core.errors import ModelFormatError
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.model import COMMON_CONFIG_KEYS, REQUIRED, CausalLM, ModelConfig, ModelContext
+from pyagent_core.testing.base import BackendConformance
+from pyagent_core.testing.scaffolded import import_template
+from pyagent_core.types import ModelSpec
+
+#: The file name the kit's configs are read from, as messages show it.
+KIT_CONFIG = "kit/config.json"
+
+
+def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
+    """float32 weights of ``shapes``: matrices ``N(0, 1 / in_features)`` (embeddings ``N(0, 1)``),
+    vectors (norms, biases) ``1 + N(0, 0.1)`` for ``*norm*`` names and ``N(0, 0.1)`` otherwise; so
+    activations keep their scale through the layers and logits are spread out."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, shape in sorted(shapes.items()):
+        values = torch.randn(shape, generator=generator)
+        if len(shape) == 2:
+            values = values if "embed" in name else values / shape[1] ** 0.5
+        else:
+            values = (1 + 0.1 * values) if "norm" in name else 0.1 * values
+        weights[name] = values
+    return weights
+
+
+def metadata(tables: Sequence[Sequence[int]], starts: Sequence[int], counts: Sequence[int],
+             block_size: int) -> AttentionMetadata:
+    """Metadata for sequences with block tables ``tables`` getting ``counts`` new tokens after ``starts``."""
+    slots = [tables[s][p // block_size] * block_size + p % block_size
+             for s in range(len(tables)) for p in range(starts[s], starts[s] + counts[s])]
+    seq_lens = [start + count for start, count in zip(starts, counts, strict=True)]
+    width = max(len(table) for table in tables)
+    return AttentionMetadata(
+        block_tables=torch.tensor([[*t, *[0] * (width - len(t))] for t in tables], dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        query_start_loc=torch.tensor([0, *torch.tensor(list(counts)).cumsum(0).tolist()], dtype=torch.int32),
+        max_query_len=max(counts),
+        max_seq_len=max(seq_lens),
+    )
+
+
+class _Recording(AttentionBackend):
+    """Wraps a backend and records the layer index of every call."""
+
+    def __init__(self, inner: AttentionBackend) -> None:
+        super().__init__(inner.options, inner.context)
+        self.inner = inner
+        self.layers: list[int] = []
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                metadata: AttentionMetadata, layer: int) -> torch.Tensor:
+        self.layers.append(layer)
+        return self.inner.forward(q, k, v, kv_cache, metadata, layer)
+
+
+class ModelConformance(BackendConformance):
+    """Base class for model architecture tests; subclasses set ``impl``, ``spec`` and ``config_json``.
+
+    Attributes:
+        config_json: a tiny ``config.json`` object of the architecture (with ``architectures``).
+        block_size: tokens per KV block of the kit's caches (small, so sequences span blocks).
+        reference_atol: the largest difference allowed between the model's float32 logits and
+            :meth:`reference_logits`.
+        prompt_length: tokens of the kit's prompts.
+    """
+
+    kind = "model"
+    impl: ClassVar[type[CausalLM]]
+    spec: ClassVar[ModelSpec]
+    config_json: ClassVar[Mapping[str, Any]]
+    block_size: ClassVar[int] = 4
+    reference_atol: ClassVar[float] = 1e-4
+    prompt_length: ClassVar[int] = 11
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def make_config(self, data: Mapping[str, Any] | None = None) -> ModelConfig:
+        """The config the class reads from ``data`` (default: :attr:`config_json`)."""
+        return self.impl.config_from_hf(dict(self.config_json if data is None else data), self.spec.name, KIT_CONFIG)
+
+    def make_weights(self, config: ModelConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+        """Random float32 weights of the shapes the class declares (:func:`random_weights`)."""
+        return random_weights(self.impl.weight_shapes(config), seed)
+
+    def make_model(self, dtype: str = "float32", weights: Mapping[str, Any] | None = None) -> CausalLM:
+        """The model on :meth:`make_weights` (or ``weights``) in ``dtype``."""
+        config = self.make_config()
+        weights = self.make_weights(config) if weights is None else weights
+        model = self.impl(self.make_options(), ModelContext(config=config, weights=weights, dtype=dtype))
+        assert isinstance(model, CausalLM)
+        return model
+
+    def make_attention(self, model: CausalLM, dtype: str = "float32") -> AttentionBackend:
+        """The scaffold's reference attention (SDPA over the paged cache), built with the class's context."""
+        backend: AttentionBackend = import_template("attention").impl.KitReference(
+            {}, self.impl.attention_context(model.config, self.block_size, dtype))
+        return backend
+
+    def make_caches(self, config: ModelConfig, num_blocks: int, dtype: str = "float32") -> list[torch.Tensor]:
+        """One zeroed paged cache per layer."""
+        shape = (2, num_blocks, self.block_size, config.num_kv_heads, config.head_dim)
+        return [torch.zeros(shape, dtype=getattr(torch, dtype)) for _ in range(config.num_layers)]
+
+    def prompt(self, config: ModelConfig, seed: int = 0, length: int | None = None) -> list[int]:
+        """Random token ids."""
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randint(config.vocab_size, (length or self.prompt_length,), generator=generator).tolist()
+
+    def prefill(self, model: CausalLM, ids: Sequence[int], attention: AttentionBackend | None = None,
+                dtype: str = "float32") -> torch.Tensor:
+        """Logits of every position of ``ids``, prefilled as one sequence in blocks ``0, 1, ...``."""
+        blocks = -(-len(ids) // self.block_size)
+        attention = attention or self.make_attention(model, dtype)
+        return model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks, dtype),
+                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size), attention,
+                             torch.arange(len(ids)))
+
+    def reference_logits(self, config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
+                         ids: Sequence[int]) -> torch.Tensor | None:
+        """float32 ``[len(ids), vocab]`` logits of an independent implementation of the same model
+        (transformers', say), or ``None`` (the default) to skip that comparison."""
+        return None
+
+    # --- the files' side ---------------------------------------------------------------------------
+
+    def test_spec_serves_the_architecture_the_class_writes(self) -> None:
+        written = self.impl.hf_config(self.make_config())
+        assert self.spec.serves(hf=written["architectures"]), (
+            f"hf_config writes architectures {written['architectures']}, which the spec "
+            f"({self.spec.architectures}) does not serve")
+        assert self.spec.serves(hf=self.config_json["architectures"])
+
+    def test_hf_config_round_trips(self) -> None:
+        config = self.make_config()
+        assert self.make_config(self.impl.hf_config(config)) == config
+
+    def test_missing_required_keys_are_named(self) -> None:
+        required = [key.hf_key for key in COMMON_CONFIG_KEYS if key.default is REQUIRED]
+        for key in required:
+            data = {k: v for k, v in self.config_json.items() if k != key}
+            with pytest.raises(ModelFormatError, match=f"{KIT_CONFIG} lacks the required key '{key}'"):
+                self.make_config(data)
+
+    def test_gguf_names_cover_every_weight_once(self) -> None:
+        config = self.make_config()
+        shapes, names = self.impl.weight_shapes(config), self.impl.gguf_tensor_names(config)
+        assert sorted(names.values()) == sorted(shapes), "every weight needs exactly one GGUF tensor name"
+        assert set(self.impl.gguf_permuted_heads(config)) <= set(shapes)
+
+    def test_missing_and_misshapen_weights_are_named(self) -> None:
+        config = self.make_config()
+        weights = self.make_weights(config)
+        name = sorted(weights)[-1]
+        missing = {k: v for k, v in weights.items() if k != name}
+        with pytest.raises(ModelFormatError, match=f"lacks 1 weights: {name}"):
+            self.make_model(weights=missing)
+        with pytest.raises(ModelFormatError, match=f"weight {name} has shape \\[3, 3\\]"):
+            self.make_model(weights=missing | {name: torch.zeros(3, 3)})
+
+    # --- the forward -------------------------------------------------------------------------------
+
+    def test_forward_gives_float32_logits_of_the_asked_rows_and_attends_once_per_layer(self) -> None:
+        model = self.make_model()
+        ids = self.prompt(model.config)
+        recording = _Recording(self.make_attention(model))
+        all_rows = self.prefill(model, ids, recording)
+        assert all_rows.dtype == torch.float32 and all_rows.shape == (len(ids), model.config.vocab_size)
+        assert torch.isfinite(all_rows).all()
+        assert recording.layers == list(range(model.config.num_layers))
+        blocks = -(-len(ids) // self.block_size)
+        some = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
+                             self.make_attention(model), torch.tensor([len(ids) - 1, 2]))
+        torch.testing.assert_close(some, all_rows[[len(ids) - 1, 2]], atol=1e-5, rtol=0)
+
+    def test_decode_steps_give_the_prefill_logits(self) -> None:
+        model = self.make_model()
+        ids = self.prompt(model.config)
+        whole = self.prefill(model, ids)
+        attention = self.make_attention(model)
+        blocks = -(-len(ids) // self.block_size)
+        caches = self.make_caches(model.config, blocks)
+        table = [list(range(blocks))]
+        start = 3
+        rows = [model.forward(torch.tensor(ids[:start]), torch.arange(start), caches,
+                              metadata(table, [0], [start], self.block_size), attention, torch.arange(start))]
+        for position in range(start, len(ids)):
+            rows.append(model.forward(torch.tensor(ids[position:position + 1]), torch.tensor([position]), caches,
+                                      metadata(table, [position], [1], self.block_size), attention,
+                                      torch.tensor([0])))
+        torch.testing.assert_close(torch.cat(rows), whole, atol=1e-4, rtol=0)
+
+    def test_batched_and_chunked_sequences_give_their_own_logits(self) -> None:
+        model = self.make_model()
+        a, b = self.prompt(model.config, 1), self.prompt(model.config, 2, self.prompt_length + 3)
+        bs, cut = self.block_size, len(a) // 2
+        count = -(-max(len(a), len(b)) // bs)
+        tables = [list(range(2 * count - 1, -1, -2)), list(range(0, 2 * count, 2))]  # interleaved, one reversed
+        attention = self.make_attention(model)
+        caches = self.make_caches(model.config, 2 * count)
+        model.forward(torch.tensor(a[:cut]), torch.arange(cut), caches, metadata(tables[:1], [0], [cut], bs),
+                      attention, torch.tensor([cut - 1]))
+        rest = len(a) - cut
+        logits = model.forward(torch.tensor(a[cut:] + b), torch.cat([torch.arange(cut, len(a)), torch.arange(len(b))]),
+                               caches, metadata(tables, [cut, 0], [rest, len(b)], bs), attention,
+                               torch.tensor([rest - 1, rest + len(b) - 1]))
+        for row, ids in enumerate((a, b)):
+            torch.testing.assert_close(logits[row], self.prefill(model, ids)[-1], atol=1e-4, rtol=0)
+
+    def test_bfloat16_runs_close_to_float32(self) -> None:
+        weights = self.make_weights(self.make_config())
+        full, half = self.make_model("float32", weights), self.make_model("bfloat16", weights)
+        ids = self.prompt(full.config)
+        ours, theirs = self.prefill(half, ids, dtype="bfloat16"), self.prefill(full, ids)
+        assert ours.dtype == torch.float32
+        scale = theirs.abs().max().item()
+        assert (ours - theirs).abs().max().item() <= 0.1 * scale + 0.1
+
+    def test_matches_the_reference_implementation(self) -> None:
+        config = self.make_config()
+        weights = self.make_weights(config)
+        ids = self.prompt(config)
+        reference = self.reference_logits(copy.deepcopy(dict(self.config_json)), weights, ids)
+        if reference is None:
+            pytest.skip("no reference_logits for this architecture")
+        ours = self.prefill(self.make_model(weights=weights), ids)
+        assert reference.shape == ours.shape
+        assert (ours - reference.float()).abs().max().item() <= self.reference_atol
+
+
+def transformers_logits(config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
+                        ids: Sequence[int]) -> torch.Tensor:
+    """float32 logits of transformers' model of ``config_json`` (its ``model_type`` picks the class;
+    special token ids default to none, as the kit's vocabularies are small) on ``weights``, for
+    :meth:`ModelConformance.reference_logits`; skips the test without transformers.
+
+    Every weight must be a parameter of transformers' model and every parameter a weight, except an
+    output head tied to the embedding.
+    """
+    transformers = pytest.importorskip("transformers")
+    data = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None, **config_json}
+    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    missing, unexpected = model.load_state_dict(dict(weights), strict=False)
+    assert not unexpected, f"transformers' model has no parameters {unexpected}"
+    assert set(missing) <= {"lm_head.weight"} and (not missing or config.tie_word_embeddings), (
+        f"the weights lack transformers' parameters {missing}")
+    with torch.no_grad():
+        logits: torch.Tensor = model(torch.tensor([list(ids)])).logits[0].float()
+    return logits
