@@ -8,7 +8,7 @@ own checkpoint writer; both engines read that folder.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,19 @@ def vllm_engine(model_dir: Path, **kwargs: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def make_vllm() -> Any:
-    """:func:`vllm_engine`, for tests that build an engine of their own."""
-    return vllm_engine
+def make_vllm() -> Iterator[Callable[..., Any]]:
+    """:func:`vllm_engine` for tests that build an engine of their own. The engines live to the end of
+    the session: vLLM's engines in one process share its parallel state, which any engine's shutdown
+    (or garbage collection) tears down for the others."""
+    engines: list[Any] = []
+
+    def make(model_dir: Path, **kwargs: Any) -> Any:
+        engines.append(vllm_engine(model_dir, **kwargs))
+        return engines[-1]
+
+    yield make
+    for llm in engines:
+        llm.llm_engine.engine_core.shutdown()
 
 
 @pytest.fixture(scope="session")
@@ -61,19 +71,17 @@ def server_flags() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def vllm_llm(model_dir: Path) -> Iterator[Any]:
+def vllm_llm(model_dir: Path, make_vllm: Callable[..., Any]) -> Any:
     """vLLM with the adapter hosting :data:`HOSTED`."""
     previous = os.environ.get("PYAGENT_VLLM_SAMPLERS")
     os.environ["PYAGENT_VLLM_SAMPLERS"] = HOSTED
     try:
-        llm = vllm_engine(model_dir)
+        return make_vllm(model_dir)
     finally:
         if previous is None:
             del os.environ["PYAGENT_VLLM_SAMPLERS"]
         else:
             os.environ["PYAGENT_VLLM_SAMPLERS"] = previous
-    yield llm
-    llm.llm_engine.engine_core.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,6 @@ def test_proposer_drafts_and_leaves_greedy_tokens_unchanged(model_dir: Path, mak
     ids, plain = prompts_and_plain
     llm = make_vllm(model_dir, disable_log_stats=False, speculative_config={
         "method": "custom_class", "model": f"pyagent_vllm.proposers.{proposer}", "num_speculative_tokens": 4})
-    # Not shut down: in one process vLLM's engines share its parallel state, which shutdown tears down.
     assert greedy(llm, ids) == plain
     drafted = counter(llm, "vllm:spec_decode_num_draft_tokens")
     accepted = counter(llm, "vllm:spec_decode_num_accepted_tokens")
