@@ -123,8 +123,8 @@ def run_arm(llm: LLM, prompts: Sequence[list[int]], config: SpeculativeConfig,
         verify: Callable[..., Any] = decoder.verify
 
         def lossy_verify(sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
-                         mask: Any = None) -> Any:
-            return verify(sampled, logits, NoResidual(sampler, sampled), mask)
+                         mask: Any = None, recorder: Any = None) -> Any:
+            return verify(sampled, logits, NoResidual(sampler, sampled), mask, recorder)
 
         monkeypatch.setattr(decoder, "verify", lossy_verify)
     outputs = generate(engine, prompts)
@@ -177,7 +177,7 @@ class NoResidual:
             node = matches[0]
         return {draft.token_ids[c] for c in draft.children(node)}
 
-    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> None:
+    def greedy_rows(self, requests: Sequence[Request], logits: torch.Tensor, whole: bool = False) -> None:
         """Never a plain argmax: the requests here sample."""
         return None
 
