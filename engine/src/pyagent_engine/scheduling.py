@@ -71,8 +71,7 @@ class GuardedPolicy:
             problem = f"returned {result!r}, which is not {wanted}"
         except Exception as error:
             problem = f"raised {describe(error)}"
-        warnings.warn(f"scheduling policy {self.name!r} {problem} in {call}(); first come, first served decides "
-                      "this step instead", stacklevel=4)
+        warnings.warn(f"scheduling policy {self.name!r} {problem} in {call}(); {_FALLBACKS[call]}", stacklevel=4)
         return fallback()
 
     def order(self, state: SchedulerState) -> list[str]:
@@ -91,6 +90,14 @@ class GuardedPolicy:
         """Tell the policy ``view``'s request has left; a failure is only reported."""
         self._ask("finished", lambda: self.policy.finished(view) if self.policy else None,
                   lambda _: True, lambda: None)
+
+
+#: What happens instead when a policy's call fails, per call.
+_FALLBACKS = {
+    "order": "first come, first served decides this step instead",
+    "victim": "the request admitted last is preempted instead",
+    "finished": "the policy was not told; scheduling goes on",
+}
 
 
 def state_of(now: float, waiting: Iterable[RequestView], running: Sequence[Request], free_blocks: int,

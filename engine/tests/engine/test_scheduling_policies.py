@@ -108,8 +108,9 @@ def test_a_failing_policy_falls_back_to_fcfs_for_that_step_and_loses_nothing():
     messages = {str(w.message) for w in caught}
     assert "scheduling policy 'raising' raised RuntimeError: policy bug in order(); first come, first served " \
            "decides this step instead" in messages
-    assert any("returned 'nobody', which is not a running request in victim()" in m for m in messages)
-    assert any("raised KeyError" in m and "in finished()" in m for m in messages)
+    assert any("returned 'nobody', which is not a running request in victim(); the request admitted last is "
+               "preempted instead" in m for m in messages)
+    assert any("raised KeyError" in m and "in finished(); the policy was not told" in m for m in messages)
     assert all(len(r.output_token_ids) == 6 for r in requests)
 
 
