@@ -18,6 +18,7 @@ from pyagent_core.types import (
     BackendSpec,
     EvictionSpec,
     GrammarSpec,
+    MixerSpec,
     ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
@@ -53,6 +54,8 @@ class Kind(Generic[S]):
 
 ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
                  "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
+MIXER = Kind("mixer", "mixer backend", "pyagent_register_mixers", MixerSpec,
+             "plugins/mixers", "pyagent_core.interfaces.mixer:MixerBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
                "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor")
 GRAMMAR = Kind("grammar", "grammar backend", "pyagent_register_grammar_backends", GrammarSpec,
@@ -72,7 +75,7 @@ REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_registe
                         "pyagent_core.interfaces.reasoning_parser:ReasoningParser")
 
 KINDS: dict[str, Kind[Any]] = {
-    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,
+    k.name: k for k in (ATTENTION, MIXER, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,
                         REASONING_PARSER)
 }
 
@@ -82,6 +85,7 @@ _ALIASES = {
     "kvcache": "eviction", "eviction_policy": "eviction", "tool_parsers": "tool_parser",
     "reasoning_parsers": "reasoning_parser", "reasoning": "reasoning_parser",
     "models": "model", "architecture": "model", "architectures": "model",
+    "mixers": "mixer", "sequence_mixer": "mixer",
     "schedulers": "scheduler", "scheduling": "scheduler", "scheduling_policy": "scheduler",
 }
 

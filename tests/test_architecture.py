@@ -59,7 +59,8 @@ def contracts() -> str:
         # are handed tensors, so torch is there); tests/test_fresh_install.py imports the rest without it
         forbidden("core-imports-torch-only-in-its-kit-and-tensor-helpers", CORE, {"torch", "numpy"},
                   "ignore_imports =\n    pyagent_core.testing.** -> torch\n"
-                  "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch"),
+                  "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch\n"
+                  "    pyagent_core.interfaces.mixer -> torch\n    pyagent_core.interfaces.cache -> torch"),
         forbidden("kernels-import-nothing-from-pyagent", KERNELS, EVERYTHING - {KERNELS}),
         forbidden("engine-reaches-plugins-through-the-registry", ENGINE, set(PLUGINS) | set(LIBS) | set(INTEGRATIONS)),
     ]

@@ -29,7 +29,7 @@ from pyagent_core.types import NAME_RE
 TEMPLATES = resources.files(__package__) / "templates"
 # What a kind's implementation needs beyond pyagent-core (grammar: its token bitmasks are torch tensors; model:
 # the shared decoder layers it is declared on).
-KIND_DEPENDENCIES = {"attention": ("torch",), "grammar": ("torch",), "sampler": ("torch",),
+KIND_DEPENDENCIES = {"attention": ("torch",), "grammar": ("torch",), "mixer": ("torch",), "sampler": ("torch",),
                      "model": ("torch", "gguf", "pyagent-model-base")}
 
 
