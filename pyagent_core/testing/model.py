@@ -4,16 +4,23 @@ A plugin's test sets ``impl``, ``spec`` and ``config_json`` (a tiny ``config.jso
 architecture: a few layers, a small hidden size). The kit builds the model on random weights of the
 shapes the class declares and checks the files' side (config round trip, missing keys named,
 GGUF names for every weight, missing weights named) and the forward's: float32 logits of the rows
-asked for, one attention call per layer in order, decode steps that give the prefill's logits,
-sequences batched in scattered blocks and prefilled in chunks that give their own logits, and
-bfloat16 close to float32. A test that overrides :meth:`ModelConformance.reference_logits` (with
-transformers' model of the same config and weights, say) is also compared against it.
+asked for, one attention call per attention layer in order, decode steps that give the prefill's
+logits, a prompt prefilled in several chunks then decoded, sequences batched in scattered blocks and
+state slots that give their own logits, and bfloat16 close to float32. The caches are those the
+class's :meth:`~pyagent_core.interfaces.model.CausalLM.cache_layout` declares (paged keys and values,
+latents, recurrent states); a model that names mixer families runs with the mixer kit's float64
+reference (:class:`~pyagent_core.testing.mixer.ReferenceMixer`). A test that overrides
+:meth:`ModelConformance.reference_logits` (with transformers' model of the same config and weights,
+say) is also compared against it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -21,8 +28,11 @@ import torch
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.cache import PagedKV
+from pyagent_core.interfaces.mixer import MixerBackend, MixerContext
 from pyagent_core.interfaces.model import COMMON_CONFIG_KEYS, REQUIRED, CausalLM, ModelConfig, ModelContext
 from pyagent_core.testing.base import BackendConformance
+from pyagent_core.testing.mixer import ReferenceMixer
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_core.types import ModelSpec
 
@@ -47,19 +57,21 @@ def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> dict
 
 
 def metadata(tables: Sequence[Sequence[int]], starts: Sequence[int], counts: Sequence[int],
-             block_size: int) -> AttentionMetadata:
-    """Metadata for sequences with block tables ``tables`` getting ``counts`` new tokens after ``starts``."""
-    slots = [tables[s][p // block_size] * block_size + p % block_size
-             for s in range(len(tables)) for p in range(starts[s], starts[s] + counts[s])]
+             block_size: int, slots: Sequence[int] | None = None) -> AttentionMetadata:
+    """Metadata for sequences with block tables ``tables`` getting ``counts`` new tokens after ``starts``
+    (``slots``: their state slots, for models with recurrent layers)."""
+    slot_mapping = [tables[s][p // block_size] * block_size + p % block_size
+                    for s in range(len(tables)) for p in range(starts[s], starts[s] + counts[s])]
     seq_lens = [start + count for start, count in zip(starts, counts, strict=True)]
     width = max(len(table) for table in tables)
     return AttentionMetadata(
         block_tables=torch.tensor([[*t, *[0] * (width - len(t))] for t in tables], dtype=torch.int32),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
         query_start_loc=torch.tensor([0, *torch.tensor(list(counts)).cumsum(0).tolist()], dtype=torch.int32),
         max_query_len=max(counts),
         max_seq_len=max(seq_lens),
+        state_slots=None if slots is None else torch.tensor(list(slots), dtype=torch.int64),
     )
 
 
@@ -95,6 +107,8 @@ class ModelConformance(BackendConformance):
     block_size: ClassVar[int] = 4
     reference_atol: ClassVar[float] = 1e-4
     prompt_length: ClassVar[int] = 11
+    required_keys: ClassVar[tuple[str, ...]] = tuple(key.hf_key for key in COMMON_CONFIG_KEYS
+                                                     if key.default is REQUIRED)
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -120,24 +134,39 @@ class ModelConformance(BackendConformance):
             {}, self.impl.attention_context(model.config, self.block_size, dtype))
         return backend
 
-    def make_caches(self, config: ModelConfig, num_blocks: int, dtype: str = "float32") -> list[torch.Tensor]:
-        """One zeroed paged cache per layer."""
-        shape = (2, num_blocks, self.block_size, config.num_kv_heads, config.head_dim)
-        return [torch.zeros(shape, dtype=getattr(torch, dtype)) for _ in range(config.num_layers)]
+    def make_mixer(self, model: CausalLM) -> MixerBackend | None:
+        """The mixer kit's reference backend when the class names mixer families, else ``None``."""
+        if not self.impl.mixer_families(model.config):
+            return None
+        return ReferenceMixer({}, MixerContext(dtype=model.context.dtype, block_size=self.block_size))
+
+    def make_caches(self, config: ModelConfig, num_blocks: int, dtype: str = "float32",
+                    num_slots: int = 4) -> list[Any]:
+        """Every layer's zeroed cache as the class's :meth:`~CausalLM.cache_layout` declares it."""
+        return self.impl.cache_layout(config).allocate(num_blocks, self.block_size, num_slots, getattr(torch, dtype))
 
     def prompt(self, config: ModelConfig, seed: int = 0, length: int | None = None) -> list[int]:
         """Random token ids."""
         generator = torch.Generator().manual_seed(seed)
         return torch.randint(config.vocab_size, (length or self.prompt_length,), generator=generator).tolist()
 
+    def run(self, model: CausalLM, ids: Sequence[int], positions: torch.Tensor, caches: Sequence[Any],
+            md: AttentionMetadata, rows: torch.Tensor, attention: AttentionBackend | None = None,
+            mixer: MixerBackend | None = None) -> torch.Tensor:
+        """``model.forward`` on the kit's backends (the mixer passed only to a model that names families)."""
+        attention = attention or self.make_attention(model, model.context.dtype)
+        if self.impl.mixer_families(model.config):
+            return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows,
+                                 mixer=mixer or self.make_mixer(model))
+        return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows)
+
     def prefill(self, model: CausalLM, ids: Sequence[int], attention: AttentionBackend | None = None,
                 dtype: str = "float32") -> torch.Tensor:
-        """Logits of every position of ``ids``, prefilled as one sequence in blocks ``0, 1, ...``."""
+        """Logits of every position of ``ids``, prefilled as one sequence in blocks ``0, 1, ...``, slot 1."""
         blocks = -(-len(ids) // self.block_size)
-        attention = attention or self.make_attention(model, dtype)
-        return model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks, dtype),
-                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size), attention,
-                             torch.arange(len(ids)))
+        return self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks, dtype),
+                        metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                        torch.arange(len(ids)), attention)
 
     def reference_logits(self, config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
                          ids: Sequence[int]) -> torch.Tensor | None:
@@ -159,17 +188,24 @@ class ModelConformance(BackendConformance):
         assert self.make_config(self.impl.hf_config(config)) == config
 
     def test_missing_required_keys_are_named(self) -> None:
-        required = [key.hf_key for key in COMMON_CONFIG_KEYS if key.default is REQUIRED]
-        for key in required:
+        for key in self.required_keys:
             data = {k: v for k, v in self.config_json.items() if k != key}
             with pytest.raises(ModelFormatError, match=f"{KIT_CONFIG} lacks the required key '{key}'"):
                 self.make_config(data)
 
     def test_gguf_names_cover_every_weight_once(self) -> None:
+        """Every weight has one GGUF name; or, for a class that restores converted tensors in
+        :meth:`~CausalLM.gguf_restore`, the tensors it stages stay under their GGUF names (mapped to
+        themselves) and the others map to distinct weights."""
         config = self.make_config()
         shapes, names = self.impl.weight_shapes(config), self.impl.gguf_tensor_names(config)
-        assert sorted(names.values()) == sorted(shapes), "every weight needs exactly one GGUF tensor name"
         assert set(self.impl.gguf_permuted_heads(config)) <= set(shapes)
+        if self.impl.gguf_restore.__func__ is CausalLM.gguf_restore.__func__:  # type: ignore[attr-defined]
+            assert sorted(names.values()) == sorted(shapes), "every weight needs exactly one GGUF tensor name"
+            return
+        renamed = [hf for gguf_name, hf in names.items() if hf != gguf_name]
+        assert len(renamed) == len(set(renamed)) and set(renamed) <= set(shapes), (
+            "GGUF names map to distinct weights of weight_shapes, or to themselves (staged for gguf_restore)")
 
     def test_missing_and_misshapen_weights_are_named(self) -> None:
         config = self.make_config()
@@ -190,28 +226,49 @@ class ModelConformance(BackendConformance):
         all_rows = self.prefill(model, ids, recording)
         assert all_rows.dtype == torch.float32 and all_rows.shape == (len(ids), model.config.vocab_size)
         assert torch.isfinite(all_rows).all()
-        assert recording.layers == list(range(model.config.num_layers))
+        layout = self.impl.cache_layout(model.config)
+        assert len(layout.layers) == model.config.num_layers, "cache_layout declares one record per layer"
+        assert recording.layers == [i for i, cache in enumerate(layout.layers) if isinstance(cache, PagedKV)], (
+            "attention is called once per layer that keeps paged keys and values, in order")
         blocks = -(-len(ids) // self.block_size)
-        some = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
-                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                             self.make_attention(model), torch.tensor([len(ids) - 1, 2]))
+        some = self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                        metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [2]),
+                        torch.tensor([len(ids) - 1, 2]))
         torch.testing.assert_close(some, all_rows[[len(ids) - 1, 2]], atol=1e-5, rtol=0)
 
     def test_decode_steps_give_the_prefill_logits(self) -> None:
         model = self.make_model()
         ids = self.prompt(model.config)
         whole = self.prefill(model, ids)
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         blocks = -(-len(ids) // self.block_size)
         caches = self.make_caches(model.config, blocks)
         table = [list(range(blocks))]
         start = 3
-        rows = [model.forward(torch.tensor(ids[:start]), torch.arange(start), caches,
-                              metadata(table, [0], [start], self.block_size), attention, torch.arange(start))]
+        rows = [self.run(model, ids[:start], torch.arange(start), caches,
+                         metadata(table, [0], [start], self.block_size, [3]), torch.arange(start), attention, mixer)]
         for position in range(start, len(ids)):
-            rows.append(model.forward(torch.tensor(ids[position:position + 1]), torch.tensor([position]), caches,
-                                      metadata(table, [position], [1], self.block_size), attention,
-                                      torch.tensor([0])))
+            rows.append(self.run(model, ids[position:position + 1], torch.tensor([position]), caches,
+                                 metadata(table, [position], [1], self.block_size, [3]), torch.tensor([0]),
+                                 attention, mixer))
+        torch.testing.assert_close(torch.cat(rows), whole, atol=1e-4, rtol=0)
+
+    def test_a_prompt_in_chunks_then_decode_steps_gives_one_prefills_logits(self) -> None:
+        """A prompt of three times the kit's length, prefilled in chunks of 5, 1, 9 and the rest, then
+        four decode steps: every row equals the one-call prefill's."""
+        model = self.make_model()
+        ids = self.prompt(model.config, 4, 3 * self.prompt_length + 4)
+        whole = self.prefill(model, ids)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
+        blocks = -(-len(ids) // self.block_size)
+        caches = self.make_caches(model.config, blocks + 3)
+        table = [list(range(blocks + 2, 1, -1))]  # blocks in reverse order
+        done, rows = 0, []
+        for count in (5, 1, 9, len(ids) - 4 - 15, 1, 1, 1, 1):
+            rows.append(self.run(model, ids[done:done + count], torch.arange(done, done + count), caches,
+                                 metadata(table, [done], [count], self.block_size, [0]), torch.arange(count),
+                                 attention, mixer))
+            done += count
         torch.testing.assert_close(torch.cat(rows), whole, atol=1e-4, rtol=0)
 
     def test_batched_and_chunked_sequences_give_their_own_logits(self) -> None:
@@ -220,16 +277,43 @@ class ModelConformance(BackendConformance):
         bs, cut = self.block_size, len(a) // 2
         count = -(-max(len(a), len(b)) // bs)
         tables = [list(range(2 * count - 1, -1, -2)), list(range(0, 2 * count, 2))]  # interleaved, one reversed
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         caches = self.make_caches(model.config, 2 * count)
-        model.forward(torch.tensor(a[:cut]), torch.arange(cut), caches, metadata(tables[:1], [0], [cut], bs),
-                      attention, torch.tensor([cut - 1]))
+        self.run(model, a[:cut], torch.arange(cut), caches, metadata(tables[:1], [0], [cut], bs, [2]),
+                 torch.tensor([cut - 1]), attention, mixer)
         rest = len(a) - cut
-        logits = model.forward(torch.tensor(a[cut:] + b), torch.cat([torch.arange(cut, len(a)), torch.arange(len(b))]),
-                               caches, metadata(tables, [cut, 0], [rest, len(b)], bs), attention,
-                               torch.tensor([rest - 1, rest + len(b) - 1]))
+        logits = self.run(model, a[cut:] + b, torch.cat([torch.arange(cut, len(a)), torch.arange(len(b))]), caches,
+                          metadata(tables, [cut, 0], [rest, len(b)], bs, [2, 0]),
+                          torch.tensor([rest - 1, rest + len(b) - 1]), attention, mixer)
         for row, ids in enumerate((a, b)):
             torch.testing.assert_close(logits[row], self.prefill(model, ids)[-1], atol=1e-4, rtol=0)
+
+    def test_a_sequence_gives_its_logits_in_any_batch(self) -> None:
+        """A decode step gives the same logits alone and batched between another sequence's prefill and a
+        third one's decode step, in other slots (within 1e-5)."""
+        model = self.make_model()
+        a, b, c = (self.prompt(model.config, seed) for seed in (5, 6, 7))
+        bs = self.block_size
+        per = -(-len(a) // bs)
+        tables = [list(range(i * per, (i + 1) * per)) for i in range(3)]
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
+        rows: dict[bool, torch.Tensor] = {}
+        for batched in (False, True):
+            caches = self.make_caches(model.config, 3 * per)
+            for s, ids in ((0, a), (2, c)):
+                self.run(model, ids[:-1], torch.arange(len(ids) - 1), caches,
+                         metadata([tables[s]], [0], [len(ids) - 1], bs, [s]), torch.tensor([0]), attention, mixer)
+            if batched:
+                rows[batched] = self.run(
+                    model, b + a[-1:] + c[-1:],
+                    torch.cat([torch.arange(len(b)), torch.tensor([len(a) - 1, len(c) - 1])]),
+                    caches, metadata([tables[1], tables[0], tables[2]], [0, len(a) - 1, len(c) - 1], [len(b), 1, 1], bs,
+                                     [1, 0, 2]), torch.tensor([len(b)]), attention, mixer)
+            else:
+                rows[batched] = self.run(model, a[-1:], torch.tensor([len(a) - 1]), caches,
+                                         metadata([tables[0]], [len(a) - 1], [1], bs, [0]), torch.tensor([0]),
+                                         attention, mixer)
+        torch.testing.assert_close(rows[True], rows[False], atol=1e-5, rtol=0)
 
     def test_bfloat16_runs_close_to_float32(self) -> None:
         weights = self.make_weights(self.make_config())
@@ -271,4 +355,27 @@ def transformers_logits(config_json: Mapping[str, Any], weights: Mapping[str, to
         f"the weights lack transformers' parameters {missing}")
     with torch.no_grad():
         logits: torch.Tensor = model(torch.tensor([list(ids)])).logits[0].float()
+    return logits
+
+
+def transformers_checkpoint_logits(config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
+                                   ids: Sequence[int]) -> torch.Tensor:
+    """:func:`transformers_logits` through a checkpoint folder: ``weights`` saved under their names
+    with ``config_json`` and read back by ``from_pretrained``, which converts a checkpoint's layout to
+    the model's (transformers 5 stacks per-expert matrices into 3-D parameters, for one). Every
+    weight must be read and every parameter come from a weight, except a head tied to the embedding."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import save_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        data = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None, **config_json}
+        (Path(folder) / "config.json").write_text(json.dumps(data))
+        save_file({name: tensor.contiguous() for name, tensor in weights.items()},
+                  str(Path(folder) / "model.safetensors"))
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                                        output_loading_info=True)
+    assert not info["unexpected_keys"], f"transformers' model has no parameters {info['unexpected_keys']}"
+    assert set(info["missing_keys"]) <= {"lm_head.weight"}, f"the weights lack {info['missing_keys']}"
+    with torch.no_grad():
+        logits: torch.Tensor = model.eval()(torch.tensor([list(ids)])).logits[0].float()
     return logits
