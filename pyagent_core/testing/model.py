@@ -98,6 +98,9 @@ class ModelConformance(BackendConformance):
         reference_atol: the largest difference allowed between the model's float32 logits and
             :meth:`reference_logits`.
         prompt_length: tokens of the kit's prompts.
+        bfloat16_overrides: ``config.json`` values the bfloat16 check runs with (a mixture of experts
+            choosing all its experts, so that rounding cannot flip a routing decision).
+        required_keys: the ``config.json`` keys whose absence must be named.
     """
 
     kind = "model"
@@ -107,6 +110,7 @@ class ModelConformance(BackendConformance):
     block_size: ClassVar[int] = 4
     reference_atol: ClassVar[float] = 1e-4
     prompt_length: ClassVar[int] = 11
+    bfloat16_overrides: ClassVar[Mapping[str, Any]] = {}
     required_keys: ClassVar[tuple[str, ...]] = tuple(key.hf_key for key in COMMON_CONFIG_KEYS
                                                      if key.default is REQUIRED)
 
@@ -120,9 +124,11 @@ class ModelConformance(BackendConformance):
         """Random float32 weights of the shapes the class declares (:func:`random_weights`)."""
         return random_weights(self.impl.weight_shapes(config), seed)
 
-    def make_model(self, dtype: str = "float32", weights: Mapping[str, Any] | None = None) -> CausalLM:
-        """The model on :meth:`make_weights` (or ``weights``) in ``dtype``."""
-        config = self.make_config()
+    def make_model(self, dtype: str = "float32", weights: Mapping[str, Any] | None = None,
+                   data: Mapping[str, Any] | None = None) -> CausalLM:
+        """The model of ``data`` (default: :attr:`config_json`) on :meth:`make_weights` (or ``weights``), in
+        ``dtype``."""
+        config = self.make_config(data)
         weights = self.make_weights(config) if weights is None else weights
         model = self.impl(self.make_options(), ModelContext(config=config, weights=weights, dtype=dtype))
         assert isinstance(model, CausalLM)
@@ -316,8 +322,9 @@ class ModelConformance(BackendConformance):
         torch.testing.assert_close(rows[True], rows[False], atol=1e-5, rtol=0)
 
     def test_bfloat16_runs_close_to_float32(self) -> None:
-        weights = self.make_weights(self.make_config())
-        full, half = self.make_model("float32", weights), self.make_model("bfloat16", weights)
+        data = {**self.config_json, **self.bfloat16_overrides}
+        weights = self.make_weights(self.make_config(data))
+        full, half = self.make_model("float32", weights, data), self.make_model("bfloat16", weights, data)
         ids = self.prompt(full.config)
         ours, theirs = self.prefill(half, ids, dtype="bfloat16"), self.prefill(full, ids)
         assert ours.dtype == torch.float32

@@ -22,6 +22,7 @@ import attrs
 import gguf
 import torch
 
+from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.interfaces.mixer import MixerBackend
 from pyagent_core.interfaces.model import (
@@ -39,6 +40,20 @@ from pyagent_model_base.layers import Weight, dense, rms_norm
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _FIELDS = {field.name for field in attrs.fields(ModelConfig)} - {"architecture", "settings"}
+
+
+#: transformers' legacy layer-type names and the ones it maps them to (``configuration_utils``).
+LEGACY_LAYER_TYPES = {"mamba": "linear_attention", "attention": "full_attention"}
+
+
+def read_layer_types(value: Any, num_layers: int, allowed: Collection[str], where: str) -> tuple[str, ...]:
+    """``config.json``'s ``layer_types``: one of ``allowed`` per layer (legacy names mapped as
+    transformers maps them); :class:`ModelFormatError` naming ``where`` otherwise."""
+    types = [LEGACY_LAYER_TYPES.get(t, t) for t in value] if isinstance(value, list) else None
+    if types is None or len(types) != num_layers or any(t not in allowed for t in types):
+        raise ModelFormatError(f"{where}: layer_types must list {num_layers} entries of {sorted(allowed)}, "
+                               f"got {value!r}")
+    return tuple(types)
 
 
 class WeightReader:
@@ -170,6 +185,22 @@ class HybridLM(CausalLM):
         return dict(metadata)
 
     @classmethod
+    def hf_settings(cls, data: Mapping[str, Any], num_layers: int, where: str) -> dict[str, Any]:
+        """Settings no :class:`ConfigKey` reads from ``config.json`` (a list per layer, say); none by default."""
+        return {}
+
+    @classmethod
+    def gguf_settings(cls, metadata: Mapping[str, Any], tensor_names: Collection[str], num_layers: int,
+                      where: str) -> dict[str, Any]:
+        """The same settings from a GGUF file; none by default."""
+        return {}
+
+    @classmethod
+    def hf_extra(cls, config: ModelConfig) -> dict[str, Any]:
+        """What :meth:`hf_config` writes beyond :attr:`config_keys` (those settings, constants); none by default."""
+        return {}
+
+    @classmethod
     def derive(cls, values: dict[str, Any]) -> dict[str, Any]:
         """Fill the :class:`ModelConfig` fields the family's files leave out, from the others."""
         values.setdefault("num_kv_heads", values["num_heads"])
@@ -188,6 +219,7 @@ class HybridLM(CausalLM):
         """The config of a ``config.json`` object; see :meth:`CausalLM.config_from_hf`."""
         cls.check_hf_variant(data, where)
         values = read_keys(cls.hf_values(data, where), cls.config_keys, where)
+        values |= cls.hf_settings(data, values["num_layers"], where)
         bos = data.get("bos_token_id")
         return cls._build_config(values, architecture,
                                  bos_token_id=None if bos is None else checked(bos, int, "bos_token_id", where),
@@ -205,6 +237,7 @@ class HybridLM(CausalLM):
         values = cls.gguf_values({f"{arch}.vocab_size": len(tokens) or None, **metadata}, tensor_names, arch)
         found = read_keys(values, cls.config_keys, where, gguf_arch=arch)
         found["tie_word_embeddings"] = "output.weight" not in tensor_names
+        found |= cls.gguf_settings(metadata, tensor_names, found["num_layers"], where)
         eos = [metadata.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")]
         bos = metadata.get("tokenizer.ggml.bos_token_id")
         eos_ids = token_ids([e for e in eos if e is not None], "tokenizer.ggml.eos_token_id", where)
@@ -223,8 +256,8 @@ class HybridLM(CausalLM):
             value = getattr(config, key.field) if key.field in _FIELDS else config.settings.get(key.field)
             if value is not None:
                 data[key.hf_key] = list(value) if isinstance(value, tuple) else value
-        return {**data, "bos_token_id": config.bos_token_id, "eos_token_id": list(config.eos_token_ids),
-                "torch_dtype": "float32"}
+        return {**data, **cls.hf_extra(config), "bos_token_id": config.bos_token_id,
+                "eos_token_id": list(config.eos_token_ids), "torch_dtype": "float32"}
 
     @classmethod
     def mapped_gguf_names(cls, config: ModelConfig, skip: Collection[str] = ()) -> dict[str, str]:

@@ -20,12 +20,16 @@ Qwen-MoE); a row's bits do not depend on which other tokens share the batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
 
 from pyagent_kernels.linear import linear
 from pyagent_model_base.layers import Weight, swiglu
+
+if TYPE_CHECKING:
+    from pyagent_model_base.hybrid import WeightReader
 
 SCORINGS = ("softmax", "sigmoid")
 
@@ -115,3 +119,35 @@ def moe_forward(x: torch.Tensor, weights: MoeWeights, routing: Routing, threads:
             shared = torch.sigmoid(linear(x.contiguous(), weights.shared_gate, threads=threads)) * shared
         out = out + shared
     return out
+
+
+#: A layer's stacked expert tensors in GGUF files (``blk.N.`` + name), by the Hugging Face projection.
+EXPERT_GGUF_NAMES = {"gate_proj": "ffn_gate_exps.weight", "up_proj": "ffn_up_exps.weight",
+                     "down_proj": "ffn_down_exps.weight"}
+
+
+def expert_names(prefix: str, num_experts: int) -> list[str]:
+    """The Hugging Face names of the per-expert matrices under ``prefix`` (``model.layers.N.mlp.``)."""
+    return [f"{prefix}experts.{e}.{proj}.weight" for e in range(num_experts) for proj in EXPERT_GGUF_NAMES]
+
+
+def expert_gguf_names(layer: int) -> dict[str, str]:
+    """Layer ``layer``'s stacked expert tensors, mapped to themselves (for ``gguf_restore``)."""
+    return {f"blk.{layer}.{name}": f"blk.{layer}.{name}" for name in EXPERT_GGUF_NAMES.values()}
+
+
+def unstack_experts(weights: dict[str, Any], layer: int, prefix: str) -> None:
+    """Replace layer ``layer``'s stacked expert tensors (``[experts, rows, cols]``, or a sequence of one
+    matrix per expert) by the per-expert Hugging Face weights under ``prefix``, in place."""
+    for proj, name in EXPERT_GGUF_NAMES.items():
+        stacked = weights.pop(f"blk.{layer}.{name}")
+        for expert in range(len(stacked)):
+            weights[f"{prefix}experts.{expert}.{proj}.weight"] = stacked[expert]
+
+
+def load_experts(reader: WeightReader, prefix: str, num_experts: int) -> tuple[list[Weight], list[Weight]]:
+    """``(gate_up, down)`` per expert from the per-expert weights under ``prefix``."""
+    gate_up = [reader.matrix(f"{prefix}experts.{e}.gate_proj.weight", f"{prefix}experts.{e}.up_proj.weight")
+               for e in range(num_experts)]
+    down = [reader.matrix(f"{prefix}experts.{e}.down_proj.weight") for e in range(num_experts)]
+    return gate_up, down

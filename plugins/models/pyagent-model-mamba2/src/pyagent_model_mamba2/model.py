@@ -100,9 +100,9 @@ class Mamba2(HybridLM):
                           s["conv_kernel"], config.rms_norm_eps)
 
     @classmethod
-    def hf_config(cls, config: ModelConfig) -> dict[str, Any]:
-        """The table's keys and SiLU."""
-        return {**super().hf_config(config), "hidden_act": "silu"}
+    def hf_extra(cls, config: ModelConfig) -> dict[str, Any]:
+        """SiLU, the only activation it runs."""
+        return {"hidden_act": "silu"}
 
     @classmethod
     def weight_shapes(cls, config: ModelConfig) -> dict[str, tuple[int, ...]]:
