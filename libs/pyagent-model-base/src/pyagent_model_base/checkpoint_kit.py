@@ -36,6 +36,9 @@ from gguf.quants import dequantize
 from pyagent_core.interfaces.attention import AttentionBackend
 from pyagent_core.interfaces.mixer import MixerBackend, MixerContext
 from pyagent_core.interfaces.model import CausalLM, ModelContext
+from pyagent_core.lazy import import_impl
+from pyagent_core.options import validate_options
+from pyagent_core.registry import get_registry
 from pyagent_core.testing.mixer import ReferenceMixer
 from pyagent_core.testing.model import metadata, random_weights
 from pyagent_core.testing.scaffolded import import_template
@@ -314,3 +317,28 @@ class CheckpointKit:
                                                         [0, 2, 3])
         assert batched[0][1] == alone[0][0]
         torch.testing.assert_close(batched[1][1], alone[1][0], atol=1e-5, rtol=0)
+
+    def test_every_installed_mixer_backend_gives_the_tokens(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                                            hf_greedy: list[int]) -> None:
+        """Each installed mixer backend with the model's families (found through the registry, as a host
+        finds it), its chunks 8 tokens and the prompt prefilled 20 tokens a step (so a step's scan spans
+        chunks): transformers' greedy tokens, alone and started among two other sequences."""
+        model = self.load_folder(checkpoint_dir)
+        families = set(self.impl.mixer_families(model.config))
+        if not families:
+            pytest.skip(f"{self.spec.name} calls no mixer")
+        backends = [b for b in get_registry().available("mixer") if families <= set(b.spec.families)]
+        if not backends:
+            pytest.skip(f"no installed mixer backend computes {sorted(families)}")
+        length = len(prompt_ids) + self.greedy_tokens
+        for backend in backends:
+            chunking = {k: v for k, v in {"chunk_size": 8, "recurrent_below": 4}.items() if k in backend.spec.options}
+            options = validate_options(backend.spec.options, chunking, backend.name)
+            mixer = import_impl(backend.spec.impl)(options, MixerContext(dtype="float32", block_size=4))
+            alone = GreedyHost(model, 1, length, mixer=mixer).generate([prompt_ids], self.greedy_tokens, 20)
+            assert alone[0][0] == hf_greedy, f"mixer backend {backend.name}"
+            others = [prompt_ids[5:] + prompt_ids[:5], prompt_ids[::-1]]
+            batched = GreedyHost(model, 3, length, mixer=mixer).generate([others[0], prompt_ids, others[1]], 8, 20,
+                                                                         [0, 1, 1])
+            assert batched[0][1] == hf_greedy[:8], f"mixer backend {backend.name}, batched"
+            torch.testing.assert_close(batched[1][1], alone[1][0][:8], atol=1e-5, rtol=0)
