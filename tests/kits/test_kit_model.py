@@ -64,6 +64,14 @@ class ScaledLogits(Declared):
         return super().forward(*args, **kwargs) * 1.01
 
 
+class BatchDependent(Declared):
+    """Broken: its logits move with the number of sequences in the batch."""
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None):
+        logits = super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
+        return logits * (1 + 1e-3 * metadata.num_seqs)
+
+
 class ForgetsAKey(Declared):
     """Broken: does not write intermediate_size back to config.json."""
 
@@ -82,7 +90,10 @@ def _kit(impl: type) -> ModelConformance:
     (SkipsLastLayer, "test_forward_gives_float32_logits_of_the_asked_rows_and_attends_once_per_layer"),
     (LosesAGgufName, "test_gguf_names_cover_every_weight_once"),
     (ScaledLogits, "test_matches_the_reference_implementation"),
-], ids=["ignores-positions", "forgets-the-cache", "skips-last-layer", "loses-a-gguf-name", "scaled-logits"])
+    (ForgetsTheCache, "test_a_prompt_in_chunks_then_decode_steps_gives_one_prefills_logits"),
+    (BatchDependent, "test_a_sequence_gives_its_logits_in_any_batch"),
+], ids=["ignores-positions", "forgets-the-cache", "skips-last-layer", "loses-a-gguf-name", "scaled-logits",
+        "forgets-earlier-chunks", "batch-dependent"])
 def test_kit_catches_broken_architecture(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(_kit(impl), check)()
