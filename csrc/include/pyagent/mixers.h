@@ -39,9 +39,10 @@
  *   in turn); o[l] = sum_j w_j * c_j[l] / total (j in turn); out[v] = sum_l o[l] * w_uv[v, l]
  *   (16 lanes and the tree).
  *
- * Work items (a sequence's heads, or a token's heads for pak_mla) are spread over the caller and up
- * to num_threads - 1 of the persistent helper threads the linear kernel uses; results do not depend
- * on the thread count nor on the other sequences of the batch.
+ * Work items (a sequence's head; for pak_mla a token's group of up to 8 heads, which share each read
+ * of a cached row) are spread over the caller and up to num_threads - 1 of the persistent helper
+ * threads the linear kernel uses; results do not depend on the thread count nor on the other
+ * sequences of the batch.
  *
  * Errors (nothing written): PAK_EINVAL (NULL pointer, bad size, unknown activation, heads not a
  * multiple of groups, a non-finite scale), PAK_EPARAM (query_start_loc not starting at 0,

@@ -12,6 +12,7 @@
 
 #define PAK_LANES 16
 #define PAK_MAX_VALUE_DIM 4096 /* gated delta: m and d live on the stack */
+#define PAK_MLA_GROUP 8          /* latent attention: heads that share each read of a cached row */
 
 /* The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1). */
 static inline float pak_mix_sum_lanes(const float *lane)
@@ -54,7 +55,7 @@ typedef struct {
 typedef struct {
     const float *q_nope, *q_pe, *w_uk, *w_uv, *cache;
     float *out, *scratch;
-    int64_t heads, nope, rope, size, v_dim, block_size, max_blocks, scratch_floats;
+    int64_t heads, nope, rope, size, v_dim, block_size, max_blocks, scratch_floats, scratch_stride, groups;
     const int32_t *block_tables, *seq_lens, *query_start_loc;
     const int64_t *token_seq;
     float scale;
@@ -225,10 +226,11 @@ int pak_gated_delta(const float *q, const float *k, const float *v, const float 
 static void run_mla(const void *ctx, int64_t begin, int64_t end, int worker)
 {
     const pak_mla_job *job = ctx;
-    float *a = job->scratch + worker * job->scratch_floats, *w = a + job->size;
+    float *a = job->scratch + worker * job->scratch_floats, *w = a + PAK_MLA_GROUP * job->size;
     for (int64_t i = begin; i < end; ++i) {
-        const int64_t t = i / job->heads;
-        PAK_MIX_PICK(mla_item)(job, t, job->token_seq[t], i % job->heads, a, w);
+        const int64_t t = i / job->groups, h0 = i % job->groups * PAK_MLA_GROUP;
+        const int64_t h1 = h0 + PAK_MLA_GROUP < job->heads ? h0 + PAK_MLA_GROUP : job->heads;
+        PAK_MIX_PICK(mla_item)(job, t, job->token_seq[t], h0, h1, a, w);
     }
 }
 
@@ -269,8 +271,10 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
     *err_index = -1;
     if (num_tokens == 0)
         return PAK_OK;
-    const int threads = threads_for(num_threads, num_tokens * heads);
-    const int64_t scratch_floats = (size + longest + 15) / 16 * 16;
+    const int64_t groups = (heads + PAK_MLA_GROUP - 1) / PAK_MLA_GROUP;
+    const int threads = threads_for(num_threads, num_tokens * groups);
+    const int64_t stride = (longest + 15) / 16 * 16;
+    const int64_t scratch_floats = PAK_MLA_GROUP * (size + stride);
     int64_t *token_seq = malloc((size_t)num_tokens * sizeof *token_seq);
     float *scratch = malloc((size_t)(threads * scratch_floats) * sizeof(float));
     if (!token_seq || !scratch) {
@@ -287,8 +291,9 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
         memcpy(cache + slot_mapping[t] * width + size, k_pe + t * rope, (size_t)rope * sizeof(float));
     }
     pak_mla_job job = {q_nope, q_pe, w_uk, w_uv, cache, out, scratch, heads, nope, rope, size, v_dim, block_size,
-                       max_blocks, scratch_floats, block_tables, seq_lens, query_start_loc, token_seq, scale};
-    pak_pool_run(run_mla, &job, num_tokens * heads, 1, threads);
+                       max_blocks, scratch_floats, stride, groups, block_tables, seq_lens, query_start_loc, token_seq,
+                       scale};
+    pak_pool_run(run_mla, &job, num_tokens * groups, 1, threads);
     free(token_seq);
     free(scratch);
     return PAK_OK;

@@ -126,53 +126,67 @@ static void PAK_V(delta_head)(const pak_delta_job *job, int64_t s, int64_t h, fl
     }
 }
 
-/* Head h of new token t (sequence s) attending over the latent cache; a is `size` floats, w the
- * sequence's length, of scratch. */
-static void PAK_V(mla_item)(const pak_mla_job *job, int64_t t, int64_t s, int64_t h, float *restrict a,
-                            float *restrict w)
+/* Heads [h0, h1) of new token t (sequence s) attending over the latent cache; a holds (h1 - h0) * size
+ * floats of scratch, w (h1 - h0) * longest. Every cached row is read once for the group's heads. */
+static void PAK_V(mla_item)(const pak_mla_job *job, int64_t t, int64_t s, int64_t h0, int64_t h1,
+                            float *restrict a, float *restrict w)
 {
     const int64_t L = job->size, R = job->rope, Nn = job->nope, Vd = job->v_dim, width = L + R;
     const int64_t lo = job->query_start_loc[s], n = job->query_start_loc[s + 1] - lo;
-    const int64_t pos = job->seq_lens[s] - n + (t - lo);
-    const float *restrict qn = job->q_nope + (t * job->heads + h) * Nn;
-    const float *restrict qp = job->q_pe + (t * job->heads + h) * R;
-    const float *restrict wk = job->w_uk + h * Nn * L;
-    for (int64_t l = 0; l < L; ++l)
-        a[l] = 0.0f;
-    for (int64_t i = 0; i < Nn; ++i) {
-        const float q = qn[i];
-        const float *restrict row = wk + i * L;
-        for (int64_t l = 0; l < L; ++l)
-            a[l] += q * row[l];
-    }
+    const int64_t pos = job->seq_lens[s] - n + (t - lo), stride = job->scratch_stride;
     const int32_t *table = job->block_tables + s * job->max_blocks;
-    float top = -INFINITY;
+    float top[PAK_MLA_GROUP], total[PAK_MLA_GROUP];
+    for (int64_t h = h0; h < h1; ++h) {
+        float *restrict ah = a + (h - h0) * L;
+        const float *restrict qn = job->q_nope + (t * job->heads + h) * Nn;
+        const float *restrict wk = job->w_uk + h * Nn * L;
+        for (int64_t l = 0; l < L; ++l)
+            ah[l] = 0.0f;
+        for (int64_t i = 0; i < Nn; ++i) {
+            const float q = qn[i];
+            const float *restrict row = wk + i * L;
+            for (int64_t l = 0; l < L; ++l)
+                ah[l] += q * row[l];
+        }
+        top[h - h0] = -INFINITY;
+        total[h - h0] = 0.0f;
+    }
     for (int64_t j = 0; j <= pos; ++j) {
         const float *row = job->cache + ((int64_t)table[j / job->block_size] * job->block_size
                                          + j % job->block_size) * width;
-        const float score = job->scale * (PAK_V(dot)(a, row, L) + PAK_V(dot)(qp, row + L, R));
-        w[j] = score;
-        top = score > top ? score : top;
+        for (int64_t h = h0; h < h1; ++h) {
+            const float *qp = job->q_pe + (t * job->heads + h) * R;
+            const float score = job->scale * (PAK_V(dot)(a + (h - h0) * L, row, L) + PAK_V(dot)(qp, row + L, R));
+            w[(h - h0) * stride + j] = score;
+            top[h - h0] = score > top[h - h0] ? score : top[h - h0];
+        }
     }
-    float total = 0.0f;
-    for (int64_t j = 0; j <= pos; ++j) {
-        w[j] = expf(w[j] - top);
-        total += w[j];
+    for (int64_t h = h0; h < h1; ++h) {
+        float *restrict wh = w + (h - h0) * stride, *restrict ah = a + (h - h0) * L;
+        for (int64_t j = 0; j <= pos; ++j) {
+            wh[j] = expf(wh[j] - top[h - h0]);
+            total[h - h0] += wh[j];
+        }
+        for (int64_t l = 0; l < L; ++l) /* a now accumulates the latent-space output */
+            ah[l] = 0.0f;
     }
-    /* a now accumulates the latent-space output */
-    for (int64_t l = 0; l < L; ++l)
-        a[l] = 0.0f;
     for (int64_t j = 0; j <= pos; ++j) {
         const float *restrict row = job->cache + ((int64_t)table[j / job->block_size] * job->block_size
                                                   + j % job->block_size) * width;
-        const float weight = w[j];
-        for (int64_t l = 0; l < L; ++l)
-            a[l] += weight * row[l];
+        for (int64_t h = h0; h < h1; ++h) {
+            float *restrict ah = a + (h - h0) * L;
+            const float weight = w[(h - h0) * stride + j];
+            for (int64_t l = 0; l < L; ++l)
+                ah[l] += weight * row[l];
+        }
     }
-    for (int64_t l = 0; l < L; ++l)
-        a[l] = a[l] / total;
-    float *restrict out = job->out + (t * job->heads + h) * Vd;
-    const float *restrict wv = job->w_uv + h * Vd * L;
-    for (int64_t v = 0; v < Vd; ++v)
-        out[v] = PAK_V(dot)(a, wv + v * L, L);
+    for (int64_t h = h0; h < h1; ++h) {
+        float *restrict ah = a + (h - h0) * L;
+        for (int64_t l = 0; l < L; ++l)
+            ah[l] = ah[l] / total[h - h0];
+        float *restrict out = job->out + (t * job->heads + h) * Vd;
+        const float *restrict wv = job->w_uv + h * Vd * L;
+        for (int64_t v = 0; v < Vd; ++v)
+            out[v] = PAK_V(dot)(ah, wv + v * L, L);
+    }
 }

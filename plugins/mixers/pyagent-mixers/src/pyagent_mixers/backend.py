@@ -187,7 +187,9 @@ class TorchMixer(MixerBackend):
 
 class KernelMixer(TorchMixer):
     """The ``torch`` backend with pyagent-kernels' C kernels for the convolution, the recurrent steps
-    and latent attention (absorbed; float32 caches, bfloat16 ones go the ``torch`` way).
+    and latent attention (absorbed; float32 caches, bfloat16 ones go the ``torch`` way). Its default
+    ``recurrent_below`` (65536) sends every step but a very long prefill to the C recurrence, which
+    beat the chunked torch scans 2-3x on prefills of 64 to 4096 tokens here (``csrc/README.md``).
 
     Options:
         chunk_size, recurrent_below: as ``torch``.
