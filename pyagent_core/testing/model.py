@@ -39,6 +39,12 @@ from pyagent_core.types import ModelSpec
 #: The file name the kit's configs are read from, as messages show it.
 KIT_CONFIG = "kit/config.json"
 
+#: The checks a config variant of an architecture the kit already passes needs (its reading, its GGUF
+#: names, its decode steps and its agreement with the reference): run them on a subclass that sets the
+#: variant's ``config_json``, e.g. ``getattr(Variant(), check)()`` for each.
+VARIANT_CHECKS = ("test_hf_config_round_trips", "test_gguf_names_cover_every_weight_once",
+                  "test_decode_steps_give_the_prefill_logits", "test_matches_the_reference_implementation")
+
 
 def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
     """float32 weights of ``shapes``: matrices ``N(0, 1 / in_features)`` (embeddings ``N(0, 1)``),

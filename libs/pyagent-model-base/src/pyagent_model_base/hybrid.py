@@ -22,10 +22,11 @@ import attrs
 import gguf
 import torch
 
-from pyagent_core.errors import ModelFormatError
+from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.interfaces.mixer import MixerBackend
 from pyagent_core.interfaces.model import (
+    COMMON_CONFIG_KEYS,
     CausalLM,
     ConfigKey,
     ModelConfig,
@@ -40,6 +41,16 @@ from pyagent_model_base.layers import Weight, dense, rms_norm
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _FIELDS = {field.name for field in attrs.fields(ModelConfig)} - {"architecture", "settings"}
+
+
+_COMMON_KEYS = {key.field: key for key in COMMON_CONFIG_KEYS}
+
+
+def common_keys(*fields: str, **defaults: Any) -> tuple[ConfigKey, ...]:
+    """The core's :data:`~pyagent_core.interfaces.model.COMMON_CONFIG_KEYS` of ``fields``, in that order,
+    with ``defaults`` (field -> value) instead of theirs."""
+    return tuple(attrs.evolve(_COMMON_KEYS[f], default=defaults[f]) if f in defaults else _COMMON_KEYS[f]
+                 for f in fields)
 
 
 #: transformers' legacy layer-type names and the ones it maps them to (``configuration_utils``).
@@ -172,12 +183,30 @@ class HybridLM(CausalLM):
 
     @classmethod
     def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Raise :class:`~pyagent_core.errors.UnsupportedModelError` for a variant the forward lacks."""
+        """Raise :class:`~pyagent_core.errors.UnsupportedModelError` for a variant the forward lacks: rope
+        scaling (``rope_parameters``/``rope_scaling`` of another type than ``default``), biases on the
+        attention projections, another activation than SiLU. A family adds its own refusals."""
+        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+        if kind != "default":
+            raise UnsupportedModelError(f"{where} asks for rope scaling {kind!r}; pyagent's {cls.model_type} "
+                                        "implements plain RoPE only")
+        if data.get("attention_bias"):
+            raise UnsupportedModelError(f"{where} sets attention_bias: true; pyagent's {cls.model_type} has no "
+                                        "attention biases")
+        if data.get("hidden_act", "silu") != "silu":
+            raise UnsupportedModelError(f"{where} uses hidden_act {data['hidden_act']!r}; pyagent's "
+                                        f"{cls.model_type} runs silu")
 
     @classmethod
     def hf_values(cls, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``config.json``'s values as :attr:`config_keys` name them (a family moves nested or legacy keys)."""
-        return dict(data)
+        """``config.json``'s values as :attr:`config_keys` name them: ``rope_theta`` and
+        ``partial_rotary_factor`` out of ``rope_parameters`` (a family moves its own nested or legacy keys)."""
+        values = dict(data)
+        rope = data.get("rope_parameters")
+        if isinstance(rope, dict):
+            values.update({k: rope[k] for k in ("rope_theta", "partial_rotary_factor") if k in rope})
+        return values
 
     @classmethod
     def gguf_values(cls, metadata: Mapping[str, Any], tensor_names: Collection[str], arch: str) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def moe_forward(x: torch.Tensor, weights: MoeWeights, routing: Routing, threads:
         order = tokens.argsort(stable=True)
         tokens, slot = tokens[order], slot[order]
         rows = swiglu(x[tokens], weights.gate_up[expert], weights.down[expert], threads)
-        out.index_add_(0, tokens, (rows * scores[tokens, slot, None]).to(x.dtype))
+        out[tokens] += (rows * scores[tokens, slot, None]).to(x.dtype)  # a token meets an expert once
     if weights.shared_gate_up is not None and weights.shared_down is not None:
         shared = swiglu(x, weights.shared_gate_up, weights.shared_down, threads)
         if weights.shared_gate is not None:

@@ -11,12 +11,17 @@ from typing import Any, ClassVar
 
 import gguf
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from pyagent_core.errors import UnsupportedModelError
-from pyagent_core.testing.model import ModelConformance, transformers_checkpoint_logits
-from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
+from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
+from pyagent_model_base.checkpoint_kit import (
+    CheckpointKit,
+    finish_gguf,
+    gguf_name_map,
+    gguf_writer,
+    stacked_experts,
+)
 from pyagent_model_deepseek.model import DeepseekV3
 from pyagent_model_deepseek.plugin import DEEPSEEK_V3
 
@@ -42,13 +47,18 @@ class TestDeepseekV3(ModelConformance):
         return transformers_checkpoint_logits(config_json, weights, ids)
 
 
-class TestDeepseekV3FullRankQueries(TestDeepseekV3):
+class _DeepseekV3FullRankQueries(TestDeepseekV3):
     """``q_proj`` without a low rank, rotate-half RoPE, no renormalisation, no groups, two shared experts."""
 
     config_json: ClassVar[dict[str, Any]] = {**TestDeepseekV3.config_json, "q_lora_rank": None,
                                              "rope_interleave": False, "norm_topk_prob": False, "n_group": 1,
                                              "topk_group": 1, "n_shared_experts": 2}
     bfloat16_overrides: ClassVar[dict[str, Any]] = {"num_experts_per_tok": 8}
+
+
+@pytest.mark.parametrize("check", VARIANT_CHECKS)
+def test_the_full_rank_queries_variant(check: str) -> None:
+    getattr(_DeepseekV3FullRankQueries(), check)()
 
 
 def write_deepseek_gguf(folder: Path, path: Path) -> None:
@@ -98,9 +108,7 @@ def write_deepseek_gguf(folder: Path, path: Path) -> None:
         name = name.replace("e_score_correction_bias", "e_score_correction.bias")
         tensors[names.get_name(name, try_suffixes=(".weight", ".bias"))] = tensor.float().numpy()
     for layer in range(config["first_k_dense_replace"], layers):
-        for proj, short in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-            tensors[f"blk.{layer}.ffn_{short}_exps.weight"] = torch.stack(
-                [stored[f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight"] for e in range(experts)]).numpy()
+        tensors |= stacked_experts(stored, layer, experts)
     finish_gguf(writer, tensors)
 
 
@@ -109,10 +117,7 @@ class TestDeepseekV3Checkpoint(CheckpointKit):
     spec = DEEPSEEK_V3
     model_type = "deepseek_v3"
     config: ClassVar[dict[str, Any]] = TINY
-
-    @classmethod
-    def write_gguf(cls, folder: Path, path: Path) -> None:
-        write_deepseek_gguf(folder, path)
+    write_gguf = staticmethod(write_deepseek_gguf)
 
 
 def test_the_cache_is_the_latent():

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import pytest
 from safetensors.torch import load_file
 
-from pyagent_core.testing.model import ModelConformance, transformers_checkpoint_logits
+from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
 from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
 from pyagent_model_granite.model import GraniteHybrid
 from pyagent_model_granite.plugin import GRANITE_HYBRID
@@ -39,12 +40,17 @@ class TestGraniteHybrid(ModelConformance):
         return transformers_checkpoint_logits(config_json, weights, ids)
 
 
-class TestGraniteHybridRope(TestGraniteHybrid):
+class _GraniteHybridRope(TestGraniteHybrid):
     """Bamba-style: rotary positions on the attention layers, no experts (the shared MLP alone), tied head."""
 
     config_json: ClassVar[dict[str, Any]] = {**TestGraniteHybrid.config_json, "position_embedding_type": "rope",
                                              "max_position_embeddings": 128, "num_local_experts": 0,
                                              "tie_word_embeddings": True, "mamba_proj_bias": True}
+
+
+@pytest.mark.parametrize("check", VARIANT_CHECKS)
+def test_the_rope_variant(check: str) -> None:
+    getattr(_GraniteHybridRope(), check)()
 
 
 def permute(weights: np.ndarray, heads: int) -> np.ndarray:
@@ -119,10 +125,7 @@ class TestGraniteHybridCheckpoint(CheckpointKit):
     spec = GRANITE_HYBRID
     model_type = "granitemoehybrid"
     config: ClassVar[dict[str, Any]] = TINY
-
-    @classmethod
-    def write_gguf(cls, folder: Path, path: Path) -> None:
-        write_granite_gguf(folder, path)
+    write_gguf = staticmethod(write_granite_gguf)
 
 
 def test_the_layout_and_the_multipliers():

@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from pyagent_core.errors import ModelFormatError
-from pyagent_core.testing.model import ModelConformance, transformers_logits
+from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_logits
 from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
 from pyagent_model_lfm2.model import Lfm2, feed_forward_width
 from pyagent_model_lfm2.plugin import LFM2
@@ -34,10 +34,15 @@ class TestLfm2(ModelConformance):
         return transformers_logits({**config_json, "model_type": "lfm2"}, weights, ids)
 
 
-class TestLfm2ConvBias(TestLfm2):
+class _Lfm2ConvBias(TestLfm2):
     """Biases on the convolution layers' projections and kernel."""
 
     config_json: ClassVar[dict[str, Any]] = {**TestLfm2.config_json, "conv_bias": True, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("check", VARIANT_CHECKS)
+def test_the_conv_bias_variant(check: str) -> None:
+    getattr(_Lfm2ConvBias(), check)()
 
 
 def write_lfm2_gguf(folder: Path, path: Path) -> None:
@@ -69,10 +74,7 @@ class TestLfm2Checkpoint(CheckpointKit):
     spec = LFM2
     model_type = "lfm2"
     config: ClassVar[dict[str, Any]] = TINY
-
-    @classmethod
-    def write_gguf(cls, folder: Path, path: Path) -> None:
-        write_lfm2_gguf(folder, path)
+    write_gguf = staticmethod(write_lfm2_gguf)
 
 
 def test_the_layout_follows_the_layer_types():

@@ -77,10 +77,7 @@ class TestMamba2Checkpoint(CheckpointKit):
     spec = MAMBA2
     model_type = "mamba2"
     config: ClassVar[dict[str, Any]] = TINY
-
-    @classmethod
-    def write_gguf(cls, folder: Path, path: Path) -> None:
-        write_mamba2_gguf(folder, path)
+    write_gguf = staticmethod(write_mamba2_gguf)
 
     def test_a_dropped_state_parts_from_transformers(self, checkpoint_dir: Path, prompt_ids: list[int],
                                                      hf_greedy: list[int]) -> None:

@@ -11,12 +11,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from pyagent_core.errors import UnsupportedModelError
-from pyagent_core.testing.model import ModelConformance, transformers_checkpoint_logits
-from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
+from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
+from pyagent_model_base.checkpoint_kit import (
+    CheckpointKit,
+    finish_gguf,
+    gguf_name_map,
+    gguf_writer,
+    stacked_experts,
+)
 from pyagent_model_qwen3next.model import Qwen3Next, qkvz_order
 from pyagent_model_qwen3next.plugin import QWEN3NEXT
 
@@ -45,11 +50,16 @@ class TestQwen3Next(ModelConformance):
         return transformers_checkpoint_logits(config_json, weights, ids)
 
 
-class TestQwen3NextDenseLayers(TestQwen3Next):
+class _Qwen3NextDenseLayers(TestQwen3Next):
     """A dense MLP on the layers ``mlp_only_layers`` names and off the sparse step (every second layer)."""
 
     config_json: ClassVar[dict[str, Any]] = {**TestQwen3Next.config_json, "mlp_only_layers": [0],
                                              "decoder_sparse_step": 2}
+
+
+@pytest.mark.parametrize("check", VARIANT_CHECKS)
+def test_the_dense_layers_variant(check: str) -> None:
+    getattr(_Qwen3NextDenseLayers(), check)()
 
 
 def write_qwen3next_gguf(folder: Path, path: Path) -> None:
@@ -103,9 +113,7 @@ def write_qwen3next_gguf(folder: Path, path: Path) -> None:
             continue
         tensors[names.get_name(name, try_suffixes=(".weight", ".bias"))] = values
     for layer in range(layers):
-        for proj, short in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-            tensors[f"blk.{layer}.ffn_{short}_exps.weight"] = torch.stack(
-                [stored[f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight"] for e in range(experts)]).numpy()
+        tensors |= stacked_experts(stored, layer, experts)
     finish_gguf(writer, tensors)
 
 
@@ -114,10 +122,7 @@ class TestQwen3NextCheckpoint(CheckpointKit):
     spec = QWEN3NEXT
     model_type = "qwen3_next"
     config: ClassVar[dict[str, Any]] = TINY
-
-    @classmethod
-    def write_gguf(cls, folder: Path, path: Path) -> None:
-        write_qwen3next_gguf(folder, path)
+    write_gguf = staticmethod(write_qwen3next_gguf)
 
 
 def test_the_layout_and_the_families():

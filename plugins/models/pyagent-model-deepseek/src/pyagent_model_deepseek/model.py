@@ -38,6 +38,7 @@ from pyagent_model_base.hybrid import (
     Mix,
     Step,
     WeightReader,
+    common_keys,
     swiglu_ffn,
 )
 from pyagent_model_base.layers import Rope, Weight, dense, rms_norm
@@ -95,16 +96,8 @@ class DeepseekV3(HybridLM):
     model_type = "deepseek_v3"
     gguf_arch = gguf.MODEL_ARCH.DEEPSEEK2
     config_keys: ClassVar[tuple[ConfigKey, ...]] = (
-        ConfigKey("vocab_size", "vocab_size", "{arch}.vocab_size", int, positive=True),
-        ConfigKey("hidden_size", "hidden_size", "{arch}.embedding_length", int, positive=True),
-        ConfigKey("intermediate_size", "intermediate_size", "{arch}.feed_forward_length", int, positive=True),
-        ConfigKey("num_layers", "num_hidden_layers", "{arch}.block_count", int, positive=True),
-        ConfigKey("num_heads", "num_attention_heads", "{arch}.attention.head_count", int, positive=True),
-        ConfigKey("rope_theta", "rope_theta", "{arch}.rope.freq_base", float, 10000.0, positive=True),
-        ConfigKey("rms_norm_eps", "rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", float, 1e-6),
-        ConfigKey("max_position_embeddings", "max_position_embeddings", "{arch}.context_length", int, 4096,
-                  positive=True),
-        ConfigKey("tie_word_embeddings", "tie_word_embeddings", None, bool, False),
+        *common_keys("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "rope_theta",
+                     "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings", max_position_embeddings=4096),
         ConfigKey("q_lora_rank", "q_lora_rank", "{arch}.attention.q_lora_rank", int, None, positive=True),
         ConfigKey("kv_lora_rank", "kv_lora_rank", "{arch}.attention.kv_lora_rank", int, 512, positive=True),
         ConfigKey("qk_rope_head_dim", "qk_rope_head_dim", "{arch}.rope.dimension_count", int, 64, positive=True),
@@ -124,25 +117,9 @@ class DeepseekV3(HybridLM):
     )
 
     @classmethod
-    def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Refuse attention biases, another activation and rope scaling (YaRN)."""
-        if data.get("attention_bias"):
-            raise UnsupportedModelError(f"{where} sets attention_bias: true; pyagent's deepseek3 has none")
-        if data.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModelError(f"{where} uses hidden_act {data['hidden_act']!r}; pyagent's deepseek3 runs "
-                                        "silu")
-        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise UnsupportedModelError(f"{where} asks for rope scaling {rope.get('rope_type', rope.get('type'))!r} "
-                                        "(with its softmax scale); pyagent's deepseek3 implements plain RoPE only")
-
-    @classmethod
     def hf_values(cls, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``rope_theta`` out of ``rope_parameters``; the expert count under its config name."""
-        values = dict(data)
-        rope = data.get("rope_parameters")
-        if isinstance(rope, dict) and "rope_theta" in rope:
-            values["rope_theta"] = rope["rope_theta"]
+        """The base's values, the expert count under its config name."""
+        values = super().hf_values(data, where)
         if "num_local_experts" in data:
             values.setdefault("n_routed_experts", data["num_local_experts"])
         return values

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import gguf
 import torch
 
-from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
@@ -37,6 +36,7 @@ from pyagent_model_base.hybrid import (
     Mix,
     WeightReader,
     attention_mix,
+    common_keys,
     read_layer_types,
     swiglu_ffn,
 )
@@ -67,17 +67,9 @@ class GraniteHybrid(HybridLM):
     model_type = "granitemoehybrid"
     gguf_arch = gguf.MODEL_ARCH.GRANITE_HYBRID
     config_keys: ClassVar[tuple[ConfigKey, ...]] = (
-        ConfigKey("vocab_size", "vocab_size", "{arch}.vocab_size", int, positive=True),
-        ConfigKey("hidden_size", "hidden_size", "{arch}.embedding_length", int, positive=True),
-        ConfigKey("intermediate_size", "intermediate_size", "{arch}.feed_forward_length", int, positive=True),
-        ConfigKey("num_layers", "num_hidden_layers", "{arch}.block_count", int, positive=True),
-        ConfigKey("num_heads", "num_attention_heads", "{arch}.attention.head_count", int, positive=True),
-        ConfigKey("num_kv_heads", "num_key_value_heads", "{arch}.attention.head_count_kv", int, None, positive=True),
-        ConfigKey("rope_theta", "rope_theta", "{arch}.rope.freq_base", float, 10000.0, positive=True),
-        ConfigKey("rms_norm_eps", "rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", float, 1e-6),
-        ConfigKey("max_position_embeddings", "max_position_embeddings", "{arch}.context_length", int, 2048,
-                  positive=True),
-        ConfigKey("tie_word_embeddings", "tie_word_embeddings", None, bool, False),
+        *common_keys("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "rope_theta", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
+                     max_position_embeddings=2048),
         ConfigKey("embedding_multiplier", "embedding_multiplier", "{arch}.embedding_scale", float, 1.0),
         ConfigKey("logits_scaling", "logits_scaling", "{arch}.logit_scale", float, 1.0, positive=True),
         ConfigKey("residual_multiplier", "residual_multiplier", "{arch}.residual_scale", float, 1.0),
@@ -98,25 +90,14 @@ class GraniteHybrid(HybridLM):
 
     @classmethod
     def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Refuse attention biases, another activation, rope scaling and a clamped time step."""
-        if data.get("attention_bias"):
-            raise UnsupportedModelError(f"{where} sets attention_bias: true; pyagent's granitehybrid has none")
-        if data.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModelError(f"{where} uses hidden_act {data['hidden_act']!r}; pyagent's granitehybrid "
-                                        "runs silu")
-        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise UnsupportedModelError(f"{where} asks for rope scaling {rope.get('rope_type', rope.get('type'))!r}; "
-                                        "pyagent's granitehybrid implements plain RoPE only")
+        """The base's refusals and a clamped time step."""
+        super().check_hf_variant(data, where)
         check_time_step_limit(data.get("time_step_limit", [0.0, math.inf]), where)
 
     @classmethod
     def hf_values(cls, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``rope_theta`` out of ``rope_parameters``; ``mamba_d_head: auto`` worked out."""
-        values = dict(data)
-        rope = data.get("rope_parameters")
-        if isinstance(rope, dict) and "rope_theta" in rope:
-            values["rope_theta"] = rope["rope_theta"]
+        """The base's values, ``mamba_d_head: auto`` worked out."""
+        values = super().hf_values(data, where)
         if values.get("mamba_d_head", "auto") == "auto":
             inner = values.get("mamba_expand", 2) * values.get("hidden_size", 0)
             values["mamba_d_head"] = inner // values.get("mamba_n_heads", 128) or None

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import gguf
 import torch
 
-from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV, RecurrentState
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
 from pyagent_model_base.hybrid import (
@@ -34,6 +34,7 @@ from pyagent_model_base.hybrid import (
     Step,
     WeightReader,
     attention_mix,
+    common_keys,
     read_layer_types,
     swiglu_ffn,
 )
@@ -86,38 +87,21 @@ class Lfm2(HybridLM):
     gguf_arch = gguf.MODEL_ARCH.LFM2
     final_norm_name = "model.embedding_norm.weight"
     config_keys: ClassVar[tuple[ConfigKey, ...]] = (
-        ConfigKey("vocab_size", "vocab_size", "{arch}.vocab_size", int, positive=True),
-        ConfigKey("hidden_size", "hidden_size", "{arch}.embedding_length", int, positive=True),
-        ConfigKey("intermediate_size", "intermediate_size", "{arch}.feed_forward_length", int, positive=True),
-        ConfigKey("num_layers", "num_hidden_layers", "{arch}.block_count", int, positive=True),
-        ConfigKey("num_heads", "num_attention_heads", "{arch}.attention.head_count", int, positive=True),
-        ConfigKey("num_kv_heads", "num_key_value_heads", "{arch}.attention.head_count_kv", int, None, positive=True),
-        ConfigKey("rope_theta", "rope_theta", "{arch}.rope.freq_base", float, 1e6, positive=True),
+        *common_keys("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "rope_theta", "max_position_embeddings", "tie_word_embeddings", rope_theta=1e6,
+                     tie_word_embeddings=True),
         ConfigKey("rms_norm_eps", "norm_eps", "{arch}.attention.layer_norm_rms_epsilon", float, 1e-5),
-        ConfigKey("max_position_embeddings", "max_position_embeddings", "{arch}.context_length", int,
-                  positive=True),
-        ConfigKey("tie_word_embeddings", "tie_word_embeddings", None, bool, True),
         ConfigKey("conv_L_cache", "conv_L_cache", "{arch}.shortconv.l_cache", int, 3, positive=True),
         ConfigKey("conv_bias", "conv_bias", "{arch}.shortconv.bias", bool, False),
         ConfigKey("block_auto_adjust_ff_dim", "block_auto_adjust_ff_dim", None, bool, False),
     )
 
     @classmethod
-    def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Refuse rope scaling, which the attention layers lack."""
-        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise UnsupportedModelError(f"{where} asks for rope scaling {rope.get('rope_type', rope.get('type'))!r}; "
-                                        "pyagent's lfm2 implements plain RoPE only")
-
-    @classmethod
     def hf_values(cls, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """The feed-forward's effective width (adjustment done), ``rope_theta`` out of ``rope_parameters``,
-        the tie flag under its current name."""
-        values = {**data, "intermediate_size": feed_forward_width(data), "block_auto_adjust_ff_dim": False}
-        rope = data.get("rope_parameters")
-        if isinstance(rope, dict) and "rope_theta" in rope:
-            values["rope_theta"] = rope["rope_theta"]
+        """The base's values, the feed-forward's effective width (adjustment done), the tie flag under its
+        current name."""
+        values = {**super().hf_values(data, where), "intermediate_size": feed_forward_width(data),
+                  "block_auto_adjust_ff_dim": False}
         if "tie_embedding" in data:
             values.setdefault("tie_word_embeddings", data["tie_embedding"])
         return values

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 import gguf
 
-from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.cache import CacheLayout
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
-from pyagent_model_base.hybrid import Block, HybridLM, WeightReader
+from pyagent_model_base.hybrid import Block, HybridLM, WeightReader, common_keys
 from pyagent_model_base.mamba import (
     MAMBA_CONVERTED,
     MambaShape,
@@ -46,9 +46,7 @@ class Mamba2(HybridLM):
     embedding_name = "backbone.embeddings.weight"
     final_norm_name = "backbone.norm_f.weight"
     config_keys: ClassVar[tuple[ConfigKey, ...]] = (
-        ConfigKey("vocab_size", "vocab_size", "{arch}.vocab_size", int, positive=True),
-        ConfigKey("hidden_size", "hidden_size", "{arch}.embedding_length", int, positive=True),
-        ConfigKey("num_layers", "num_hidden_layers", "{arch}.block_count", int, positive=True),
+        *common_keys("vocab_size", "hidden_size", "num_layers"),
         ConfigKey("num_heads", "num_heads", "{arch}.ssm.time_step_rank", int, 128, positive=True),
         ConfigKey("head_dim", "head_dim", "{arch}.ssm.head_dim", int, 64, positive=True),
         ConfigKey("state_size", "state_size", "{arch}.ssm.state_size", int, 128, positive=True),
@@ -60,14 +58,13 @@ class Mamba2(HybridLM):
         ConfigKey("rms_norm_eps", "layer_norm_epsilon", "{arch}.attention.layer_norm_rms_epsilon", float, 1e-5),
         ConfigKey("max_position_embeddings", "max_position_embeddings", "{arch}.context_length", int,
                   UNBOUNDED_CONTEXT, positive=True),
-        ConfigKey("tie_word_embeddings", "tie_word_embeddings", None, bool, False),
+        *common_keys("tie_word_embeddings"),
     )
 
     @classmethod
     def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Refuse another activation than SiLU and a clamped time step."""
-        if data.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModelError(f"{where} uses hidden_act {data['hidden_act']!r}; pyagent's mamba2 runs silu")
+        """The base's refusals and a clamped time step."""
+        super().check_hf_variant(data, where)
         check_time_step_limit(data.get("time_step_limit", [0.0, math.inf]), where)
 
     @classmethod

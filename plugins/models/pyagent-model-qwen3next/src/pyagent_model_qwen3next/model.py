@@ -28,7 +28,7 @@ import gguf
 import torch
 import torch.nn.functional as F
 
-from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV, RecurrentState
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig, ModelContext
 from pyagent_model_base.hybrid import (
@@ -39,6 +39,7 @@ from pyagent_model_base.hybrid import (
     Step,
     WeightReader,
     attention_mix,
+    common_keys,
     read_layer_types,
     swiglu_ffn,
 )
@@ -117,20 +118,11 @@ class Qwen3Next(HybridLM):
     model_type = "qwen3_next"
     gguf_arch = gguf.MODEL_ARCH.QWEN3NEXT
     config_keys: ClassVar[tuple[ConfigKey, ...]] = (
-        ConfigKey("vocab_size", "vocab_size", "{arch}.vocab_size", int, positive=True),
-        ConfigKey("hidden_size", "hidden_size", "{arch}.embedding_length", int, positive=True),
-        ConfigKey("intermediate_size", "intermediate_size", "{arch}.feed_forward_length", int, positive=True),
-        ConfigKey("num_layers", "num_hidden_layers", "{arch}.block_count", int, positive=True),
-        ConfigKey("num_heads", "num_attention_heads", "{arch}.attention.head_count", int, positive=True),
-        ConfigKey("num_kv_heads", "num_key_value_heads", "{arch}.attention.head_count_kv", int, None, positive=True),
-        ConfigKey("head_dim", "head_dim", "{arch}.attention.key_length", int, 256, positive=True),
-        ConfigKey("rope_theta", "rope_theta", "{arch}.rope.freq_base", float, 10000.0, positive=True),
+        *common_keys("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "rope_theta", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
+                     head_dim=256),
         ConfigKey("partial_rotary_factor", "partial_rotary_factor", "{arch}.rope.partial_factor", float, 0.25,
                   positive=True),
-        ConfigKey("rms_norm_eps", "rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", float, 1e-6),
-        ConfigKey("max_position_embeddings", "max_position_embeddings", "{arch}.context_length", int,
-                  positive=True),
-        ConfigKey("tie_word_embeddings", "tie_word_embeddings", None, bool, False),
         ConfigKey("linear_conv_kernel_dim", "linear_conv_kernel_dim", "{arch}.ssm.conv_kernel", int, 4, positive=True),
         ConfigKey("linear_key_head_dim", "linear_key_head_dim", "{arch}.ssm.state_size", int, 128, positive=True),
         ConfigKey("linear_value_head_dim", "linear_value_head_dim", "{arch}.ssm.value_head_dim", int, 128,
@@ -147,29 +139,6 @@ class Qwen3Next(HybridLM):
         ConfigKey("num_experts", "num_experts", "{arch}.expert_count", int, 512),
         ConfigKey("norm_topk_prob", "norm_topk_prob", None, bool, True),
     )
-
-    @classmethod
-    def check_hf_variant(cls, data: Mapping[str, Any], where: str) -> None:
-        """Refuse biases on the attention projections, another activation and rope scaling."""
-        if data.get("attention_bias"):
-            raise UnsupportedModelError(f"{where} sets attention_bias: true; pyagent's qwen3next has no attention "
-                                        "biases")
-        if data.get("hidden_act", "silu") != "silu":
-            raise UnsupportedModelError(f"{where} uses hidden_act {data['hidden_act']!r}; pyagent's qwen3next runs "
-                                        "silu")
-        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise UnsupportedModelError(f"{where} asks for rope scaling {rope.get('rope_type', rope.get('type'))!r}; "
-                                        "pyagent's qwen3next implements plain RoPE only")
-
-    @classmethod
-    def hf_values(cls, data: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``rope_theta`` and ``partial_rotary_factor`` out of ``rope_parameters``."""
-        values = dict(data)
-        rope = data.get("rope_parameters")
-        if isinstance(rope, dict):
-            values.update({k: rope[k] for k in ("rope_theta", "partial_rotary_factor") if k in rope})
-        return values
 
     @classmethod
     def hf_settings(cls, data: Mapping[str, Any], num_layers: int, where: str) -> dict[str, Any]:
