@@ -2,7 +2,7 @@
 
 Subclass :class:`CheckpointKit` in a model plugin's tests: name the class (``impl``, ``spec``),
 transformers' ``model_type``, a tiny ``config`` (a few layers, hidden 64) and how llama.cpp's
-converter writes the architecture (:meth:`CheckpointKit.write_gguf`, with the ``gguf`` package's
+converter writes the architecture (:attr:`CheckpointKit.write_gguf`, with the ``gguf`` package's
 writer). Once per test class the kit builds transformers' own model of that config on random
 weights (every parameter and float buffer, seeded), saves it as a safetensors folder and as a float32
 GGUF file, and loads both into the plugin's class: the folder by ``config_from_hf`` and its
@@ -11,12 +11,14 @@ permuted by the converter, offsets, :meth:`~pyagent_core.interfaces.model.Causal
 
 :class:`GreedyHost` runs them as an engine would, without one: it allocates the caches the class's
 :meth:`~pyagent_core.interfaces.model.CausalLM.cache_layout` declares (blocks and state slots
-scattered), prefills each prompt in chunks, decodes greedily, and can start other sequences in the
-same steps, so batches mix prefill chunks and decode steps. The checks: float32 logits of the whole
-prompt within ``logits_atol`` of transformers'; :attr:`CheckpointKit.greedy_tokens` greedy tokens
-equal to transformers' (one full forward per token) from the folder and from the GGUF file, the
-prompt prefilled in chunks that cross block boundaries; the GGUF file's weights equal to the
-folder's; a sequence's logits at every step the same within 1e-5 alone and batched with others.
+scattered), prefills each prompt in chunks, decodes greedily on the mixer backend a host would pick
+(:func:`default_mixer`), and can start other sequences in the same steps, so batches mix prefill
+chunks and decode steps. The checks: float32 logits of the whole prompt within ``logits_atol`` of
+transformers'; :attr:`CheckpointKit.greedy_tokens` greedy tokens equal to transformers' (one full
+forward per token) from the folder and from the GGUF file, the prompt prefilled in chunks that cross
+block boundaries; the GGUF file's config and weights equal to the folder's; a sequence's logits at
+every step the same within 1e-5 alone and batched with others; the greedy tokens again with every
+installed mixer backend of the model's families, scanning in chunks.
 """
 
 from __future__ import annotations
