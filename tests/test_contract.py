@@ -11,6 +11,7 @@ commands, which may change in any release): command helpers are public in
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -22,10 +23,12 @@ import pyagent_core
 from pyagent_core.version import CONTRACT_VERSION, compatible_requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-PATTERNS = ("pyproject.toml", "csrc/pyproject.toml", "engine/pyproject.toml", "libs/*/pyproject.toml",
-            "plugins/*/*/pyproject.toml", "integrations/*/pyproject.toml")
-PYPROJECTS = [path for pattern in PATTERNS for path in sorted(ROOT.glob(pattern))]
-PROJECTS = {path.parent: tomllib.loads(path.read_text(encoding="utf-8"))["project"] for path in PYPROJECTS}
+SPEC = importlib.util.spec_from_file_location("wheels", ROOT / "tools" / "wheels.py")
+assert SPEC and SPEC.loader
+WHEELS = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(WHEELS)  # tools/wheels.py knows where the distributions are
+PROJECTS = {folder: tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+            for folder in WHEELS.distribution_folders()}
 NAMES = {project["name"] for project in PROJECTS.values()}
 
 
