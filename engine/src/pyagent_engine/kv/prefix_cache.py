@@ -18,8 +18,8 @@ all scored it reads nothing from the cache (as vLLM does); it still publishes it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import torch
@@ -36,11 +36,28 @@ from pyagent_engine.kv.prefix_index import PrefixIndex
 from pyagent_engine.requests.request import BlockHash
 
 if TYPE_CHECKING:
-    from pyagent_engine.core.config import EngineConfig
     from pyagent_engine.requests.request import Request
 
 
-def check_cache_config(config: EngineConfig) -> None:
+class CacheSettings(Protocol):
+    """The cache settings that :func:`check_cache_config` and :func:`build_block_pool` read (the engine's
+    :class:`~pyagent_engine.core.config.EngineConfig` has them; see it for their meaning)."""
+
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def prefix_caching(self) -> bool: ...
+    @property
+    def eviction(self) -> str | None: ...
+    @property
+    def eviction_options(self) -> Mapping[str, Any]: ...
+    @property
+    def kv_hash(self) -> str: ...
+    @property
+    def offload_blocks(self) -> int: ...
+
+
+def check_cache_config(config: CacheSettings) -> None:
     """Raise :class:`ConfigError` if ``config``'s cache settings do not fit."""
     hash_function(config.kv_hash)
     if not isinstance(config.offload_blocks, int) or config.offload_blocks < 0:
@@ -219,7 +236,7 @@ def _policy(registry: Registry, selection: Selection[EvictionSpec], capacity: in
     return policy
 
 
-def build_block_pool(config: EngineConfig, num_blocks: int, kv_caches: list[torch.Tensor],
+def build_block_pool(config: CacheSettings, num_blocks: int, kv_caches: list[torch.Tensor],
                      registry: Registry) -> tuple[BlockPool, Selection[EvictionSpec] | None]:
     """The engine's block pool for ``config``, and the eviction policy selection when caching is on.
 
