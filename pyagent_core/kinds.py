@@ -57,7 +57,7 @@ ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_b
 MIXER = Kind("mixer", "mixer backend", "pyagent_register_mixers", MixerSpec,
              "plugins/mixers", "pyagent_core.interfaces.mixer:MixerBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
-               "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor")
+               "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler")
 GRAMMAR = Kind("grammar", "grammar backend", "pyagent_register_grammar_backends", GrammarSpec,
                "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend")
 PROPOSER = Kind("proposer", "speculative proposer", "pyagent_register_proposers", ProposerSpec,
