@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import MixerSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 FAMILIES = ("short_conv", "ssd", "gated_delta", "mla")
+INSTALL_HINT = checkout_install_hint("pyagent-mixers", "plugins/mixers/pyagent-mixers")
 
 
 def chunking(recurrent_below: int) -> dict[str, OptionSpec]:
@@ -33,7 +35,7 @@ TORCH = MixerSpec(
     priority=10,
     options=chunking(16),
     requires=("torch",),
-    install_hint="pip install pyagent-mixers",
+    install_hint=INSTALL_HINT,
     families=FAMILIES,
     dtypes=("float32", "bfloat16"),
 )
@@ -55,7 +57,7 @@ KERNELS = MixerSpec(
                                                help="threads one kernel call may use (the caller and "
                                                     "pyagent-kernels' persistent helpers)")},
     requires=("pyagent-kernels",),
-    install_hint="pip install pyagent-mixers (and a C compiler to build pyagent-kernels)",
+    install_hint=INSTALL_HINT,
     families=FAMILIES,
     dtypes=("float32", "bfloat16"),
 )

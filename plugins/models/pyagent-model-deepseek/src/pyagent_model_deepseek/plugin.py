@@ -1,6 +1,7 @@
 """Registers the DeepSeek-V3 architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 DEEPSEEK_V3 = ModelSpec(
     name="deepseek3",
@@ -10,7 +11,7 @@ DEEPSEEK_V3 = ModelSpec(
     architectures=("DeepseekV3ForCausalLM",),
     gguf_architectures=("deepseek2",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-deepseek",
+    install_hint=checkout_install_hint("pyagent-model-deepseek", "plugins/models/pyagent-model-deepseek"),
 )
 
 

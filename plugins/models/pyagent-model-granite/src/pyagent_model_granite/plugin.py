@@ -1,6 +1,7 @@
 """Registers the Granite 4 hybrid architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 GRANITE_HYBRID = ModelSpec(
     name="granitehybrid",
@@ -10,7 +11,7 @@ GRANITE_HYBRID = ModelSpec(
     architectures=("GraniteMoeHybridForCausalLM",),
     gguf_architectures=("granitehybrid",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-granite",
+    install_hint=checkout_install_hint("pyagent-model-granite", "plugins/models/pyagent-model-granite"),
 )
 
 

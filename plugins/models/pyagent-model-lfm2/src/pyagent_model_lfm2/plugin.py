@@ -1,6 +1,7 @@
 """Registers the LFM2 architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 LFM2 = ModelSpec(
     name="lfm2",
@@ -10,7 +11,7 @@ LFM2 = ModelSpec(
     architectures=("Lfm2ForCausalLM",),
     gguf_architectures=("lfm2",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-lfm2",
+    install_hint=checkout_install_hint("pyagent-model-lfm2", "plugins/models/pyagent-model-lfm2"),
 )
 
 

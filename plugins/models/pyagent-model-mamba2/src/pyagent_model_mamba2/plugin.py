@@ -1,6 +1,7 @@
 """Registers the Mamba2 architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 MAMBA2 = ModelSpec(
     name="mamba2",
@@ -9,7 +10,7 @@ MAMBA2 = ModelSpec(
     architectures=("Mamba2ForCausalLM",),
     gguf_architectures=("mamba2",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-mamba2",
+    install_hint=checkout_install_hint("pyagent-model-mamba2", "plugins/models/pyagent-model-mamba2"),
 )
 
 

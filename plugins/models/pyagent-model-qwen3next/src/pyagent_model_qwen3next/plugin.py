@@ -1,6 +1,7 @@
 """Registers the Qwen3-Next architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 QWEN3NEXT = ModelSpec(
     name="qwen3next",
@@ -10,7 +11,7 @@ QWEN3NEXT = ModelSpec(
     architectures=("Qwen3NextForCausalLM",),
     gguf_architectures=("qwen3next",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-qwen3next",
+    install_hint=checkout_install_hint("pyagent-model-qwen3next", "plugins/models/pyagent-model-qwen3next"),
 )
 
 
