@@ -2,10 +2,11 @@
  * shrink and expand, spread over the helper threads of common/pool.h.
  *
  * A call sorts the row indices by slot (a stable counting sort into `order`), so each adapter's
- * rows form one group whatever order they came in; the shrink then runs per (group, slice), reading
- * the slot's A rows once per row of the group from cache, and the expand per (group, slice, block of
- * COLUMNS outputs), the block's B values staying in L1 while every row of the group passes. Every
- * row is computed by itself in the order the header documents, so grouping and threads change no bit.
+ * rows form one group whatever order they came in; the shrink then runs per (group, slice), DOTS rows
+ * of A against each input row at once, and the expand per (group, slice, block of COLUMNS outputs),
+ * the block's sums in registers over the rank and its B values staying in L1 while every row of the
+ * group passes. Every row is computed by itself in the order the header documents, so grouping and
+ * threads change no bit.
  */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include "pyagent/common.h"
 #include "pyagent/lora.h"
 #include "common/bf16.h"
+#include "common/lanes.h"
 #include "common/pool.h"
 #include "common/variant.h"
 
@@ -23,19 +25,10 @@
 #endif
 
 #define LANES 16
-#define COLUMNS 256          /* outputs per expand item */
+#define DOTS 4               /* rows of A summed at once against one input row (independent FMA chains) */
+#define COLUMNS 128          /* outputs per expand item, their sums held in registers */
+#define STACK_SLOTS 64       /* up to this many slots (and expand blocks), the grouping needs no malloc */
 #define MIN_WORK (1 << 16)   /* multiply-adds per helper thread below which a phase runs on its caller */
-
-/* The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1). */
-static inline float sum_lanes(const float *lane)
-{
-    float half[8], quarter[4];
-    for (int j = 0; j < 8; ++j)
-        half[j] = lane[j] + lane[j + 8];
-    for (int j = 0; j < 4; ++j)
-        quarter[j] = half[j] + half[j + 4];
-    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
-}
 
 /* The rows order[begin .. end) of one slot. */
 typedef struct {
@@ -191,15 +184,21 @@ int pak_lora_apply(const void *x, void *y, int dtype, const int32_t *slots, int6
     int64_t num_blocks = 0;
     for (int64_t k = 0; k < slices; ++k)
         num_blocks += (starts[k + 1] - starts[k] + COLUMNS - 1) / COLUMNS;
-    int64_t *count = calloc((size_t)max_loras + 1, sizeof *count);
-    lora_group *groups = malloc((size_t)(max_loras < rows ? max_loras : rows) * sizeof *groups);
-    lora_block *blocks = malloc((size_t)(num_blocks > 0 ? num_blocks : 1) * sizeof *blocks);
+    const int64_t max_groups = max_loras < rows ? max_loras : rows;
+    int64_t stack_count[STACK_SLOTS + 1];
+    lora_group stack_groups[STACK_SLOTS];
+    lora_block stack_blocks[STACK_SLOTS];
+    const int small = max_loras <= STACK_SLOTS && num_blocks <= STACK_SLOTS;
+    int64_t *count = small ? stack_count : malloc(((size_t)max_loras + 1) * sizeof *count);
+    lora_group *groups = small ? stack_groups : malloc((size_t)max_groups * sizeof *groups);
+    lora_block *blocks = small ? stack_blocks : malloc((size_t)num_blocks * sizeof *blocks);
     if (count == NULL || groups == NULL || blocks == NULL) {
         free(count);
         free(groups);
         free(blocks);
         return PAK_ENOMEM;
     }
+    memset(count, 0, ((size_t)max_loras + 1) * sizeof *count);
     /* Stable counting sort of the rows that use a slot, by slot. */
     for (int64_t t = 0; t < rows; ++t)
         if (slots[t] >= 0)
@@ -232,8 +231,10 @@ int pak_lora_apply(const void *x, void *y, int dtype, const int32_t *slots, int6
         pak_pool_run(run_shrink, &job, num_groups * slices, 1, threads_for(shrink_work, threads));
         pak_pool_run(run_expand, &job, num_groups * num_blocks, 1, threads_for(expand_work, threads));
     }
-    free(count);
-    free(groups);
-    free(blocks);
+    if (!small) {
+        free(count);
+        free(groups);
+        free(blocks);
+    }
     return PAK_OK;
 }
