@@ -147,8 +147,8 @@ def step_times(model: Any, args: argparse.Namespace, adapters: dict[str, list[An
     """Milliseconds per decode step for each configuration."""
     config = model.config
     registry = Registry().load_plugins()
-    attention = registry.load(registry.get(ATTENTION, "paged"))({}, type(model).attention_context(config, BLOCK,
-                                                                                                    "float32"))
+    paged = registry.select(ATTENTION, "paged")
+    attention = registry.load(paged.backend)(paged.options, type(model).attention_context(config, BLOCK, "float32"))
     rows, context = args.step_rows, args.context
     per_row = -(-(context + 1) // BLOCK)
     tables = [list(range(r * per_row, (r + 1) * per_row)) for r in range(rows)]

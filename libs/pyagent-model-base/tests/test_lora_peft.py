@@ -27,8 +27,9 @@ import torch
 from pyagent_core.errors import ModelNotFoundError
 from pyagent_core.interfaces.lora import LoRASettings
 from pyagent_core.interfaces.model import ModelContext
+from pyagent_core.kinds import ATTENTION
+from pyagent_core.registry import Registry
 from pyagent_core.testing.model import metadata
-from pyagent_core.testing.scaffolded import import_template
 from pyagent_kernels.quantized import QuantizedWeight
 from pyagent_model_base.decoder import DecoderLM
 from pyagent_model_base.lora.gguf_adapter import write_gguf_adapter
@@ -67,24 +68,29 @@ def prompts(checkpoint: Any) -> list[list[int]]:
     return [checkpoint.tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
 
 
-def transformers_model(checkpoint: Any, dtype: torch.dtype) -> Any:
-    """transformers' Llama of the checkpoint's config on its weights, dequantized, in ``dtype``."""
+@pytest.fixture(scope="module")
+def dense(checkpoint: Any) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights dequantized to float32."""
+    return {name: w.dequantize() if isinstance(w, QuantizedWeight) else w for name, w in checkpoint.weights.items()}
+
+
+def transformers_model(checkpoint: Any, dense: dict[str, torch.Tensor], dtype: torch.dtype) -> Any:
+    """transformers' Llama of the checkpoint's config on its ``dense`` weights, in ``dtype``."""
     cls = checkpoint.architecture.model_class
     data = cls.hf_config(checkpoint.config)
     hf_config = transformers.AutoConfig.for_model(
         data.pop("model_type"), **{k: v for k, v in data.items() if k not in ("architectures", "_name_or_path")})
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config)
-    weights = {name: (w.dequantize() if isinstance(w, QuantizedWeight) else w).to(dtype)
-               for name, w in checkpoint.weights.items()}
-    model.load_state_dict(weights, strict=False, assign=True)
+    model.load_state_dict({name: w.to(dtype, copy=True) for name, w in dense.items()}, strict=False, assign=True)
     model.tie_weights()
     model.model.rotary_emb = type(model.model.rotary_emb)(config=hf_config)  # its buffers were made on meta
     return model.to(dtype).eval()
 
 
 @pytest.fixture(scope="module")
-def saved(checkpoint: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path]]:
+def saved(checkpoint: Any, dense: dict[str, torch.Tensor],
+          tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path]]:
     """peft's float32 model with the three adapters (random weights) on transformers' Llama of the same
     weights, and the folder peft saved each adapter in."""
     generator = torch.Generator().manual_seed(0)
@@ -92,7 +98,7 @@ def saved(checkpoint: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[An
     for name, (arguments, b_std) in ADAPTERS.items():
         lora = peft.LoraConfig(**arguments)
         if model is None:
-            model = peft.get_peft_model(transformers_model(checkpoint, torch.float32), lora, adapter_name=name)
+            model = peft.get_peft_model(transformers_model(checkpoint, dense, torch.float32), lora, adapter_name=name)
         else:
             model.add_adapter(name, lora)
         with torch.no_grad():
@@ -109,11 +115,11 @@ def saved(checkpoint: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[An
 
 
 @pytest.fixture(scope="module")
-def peft_float64(checkpoint: Any, saved: tuple[Any, dict[str, Path]]) -> Any:
+def peft_float64(checkpoint: Any, dense: dict[str, torch.Tensor], saved: tuple[Any, dict[str, Path]]) -> Any:
     """peft's float64 model: transformers' Llama in float64 with the saved adapters loaded by peft."""
     folders = saved[1]
     names = list(ADAPTERS)
-    model = peft.PeftModel.from_pretrained(transformers_model(checkpoint, torch.float64), folders[names[0]],
+    model = peft.PeftModel.from_pretrained(transformers_model(checkpoint, dense, torch.float64), folders[names[0]],
                                            adapter_name=names[0])
     for name in names[1:]:
         model.load_adapter(folders[name], adapter_name=name)
@@ -158,8 +164,9 @@ def generate(model: DecoderLM, prompts: Sequence[Sequence[int]], slots: Sequence
     """Greedy decoding of every prompt in one batch (prefill together, then one token each per step), each
     with its LoRA slot: per prompt, (prompt logits, step logits, tokens)."""
     config = model.config
-    attention = import_template("attention").impl.KitReference({}, type(model).attention_context(config, BLOCK,
-                                                                                                   "float32"))
+    registry = Registry().load_plugins()
+    paged = registry.select(ATTENTION, "paged")
+    attention = registry.load(paged.backend)(paged.options, type(model).attention_context(config, BLOCK, "float32"))
     count = [-(-(len(p) + NEW_TOKENS) // BLOCK) for p in prompts]
     tables = [list(range(sum(count[:i]), sum(count[: i + 1]))) for i in range(len(prompts))]
     caches = [torch.zeros(2, sum(count), BLOCK, config.num_kv_heads, config.head_dim) for _ in range(config.num_layers)]

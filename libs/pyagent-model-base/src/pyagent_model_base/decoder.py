@@ -343,8 +343,8 @@ class DecoderLM(CausalLM):
         if tokens <= REUSED_STEP_TOKENS and self._step_lock.acquire(blocking=False):
             try:
                 if slots is not None:
-                    plan = self._reused_lora_plan(tokens, threads, slots)
-                    return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
+                    adapted = self._reused_lora_plan(tokens, threads, slots)
+                    return self._run(adapted, input_ids, positions, kv_caches, metadata, attention, logits_indices)
                 plan = self._plans.get((tokens, threads))
                 if plan is None or plan.layers != self.layers:
                     plan = self._plans[tokens, threads] = self._plan(self._workspace, tokens, threads)

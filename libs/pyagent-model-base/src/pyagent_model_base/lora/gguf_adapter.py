@@ -115,20 +115,20 @@ def read_gguf_weights(path: Path, targets: Mapping[str, tuple[int, int]], config
         if missing:
             raise LoRAAdapterError(f"{path}: tensor {base}.{missing.pop()} is missing (its pair's other half is "
                                    "there); convert the adapter again")
-        tensor = f"{base}.lora_a"
+        label = f"{base}.lora_a"
         hf_name = gguf_names.get(base)
         if hf_name is None:
             block = _BLOCK.match(base)
             if block is not None and int(block.group(1)) >= config.num_layers:
-                raise beyond_last_layer(str(path), tensor, int(block.group(1)), config)
-            raise LoRAAdapterError(f"{path}: tensor {tensor!r} adapts {base!r}, which a {gguf_arch} model does not "
+                raise beyond_last_layer(str(path), label, int(block.group(1)), config)
+            raise LoRAAdapterError(f"{path}: tensor {label!r} adapts {base!r}, which a {gguf_arch} model does not "
                                    "have: the adapter was made for another base model")
         a, b = _values(pair["lora_a"], path), _values(pair["lora_b"], path)
         if hf_name in permuted_heads and b.dim() == 2:
             b = torch.from_numpy(np.ascontiguousarray(rope_rows(b.numpy(), permuted_heads[hf_name], to_gguf=False)))
         rank = a.shape[0] if a.dim() == 2 else 1
         weights[hf_name] = lora_weight(hf_name, a, b, alpha / rank if alpha else 1.0, targets, config, str(path),
-                                       tensor)
+                                       label)
     if not weights:
         raise LoRAAdapterError(f"{path} holds no LoRA tensors; convert the adapter again")
     return weights
