@@ -4,7 +4,7 @@
 Kernel: the q/k/v and gate/up products, rows x adapters x rank, every row using adapter
 ``row % adapters`` on every slice. Peers in the same run: the kernel's torch fallback (one product
 per row, batch-invariant), a grouped torch implementation (per adapter: gather its rows, two
-matmuls, scale, scatter-add, as vLLM's CPU punica ops do it; not batch-invariant) and the base
+matmuls, scale, scatter-add: SGMV in plain torch; not batch-invariant) and the base
 product itself (the linear kernel on Q4_1 weights), which says what the LoRA delta adds to a step.
 The C kernels run as prepared calls on fixed buffers, as the model's steps run them.
 
@@ -89,7 +89,7 @@ def q4_1_weight(out: int, inner: int, seed: int) -> QuantizedWeight:
 
 
 def grouped_torch(x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, stack: LoRAStack) -> None:
-    """The delta per adapter group with batched torch products (vLLM's CPU punica ops do the same)."""
+    """The delta per adapter group with batched torch products (SGMV in plain torch)."""
     bounds = stack.starts.tolist()
     for slot in slots.unique().tolist():
         if slot < 0:

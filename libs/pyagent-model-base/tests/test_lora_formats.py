@@ -284,3 +284,29 @@ def test_slots_refuse_a_rank_above_the_limit_and_adapters_of_another_shape(confi
         model.load_lora(0, odd)
     with pytest.raises(LoRAAdapterError, match="outside \\[0, 2\\)"):
         model.unload_lora(2)
+
+
+@pytest.mark.parametrize("kind", [gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16,
+                                  gguf.GGMLQuantizationType.Q8_0], ids=lambda kind: kind.name)
+def test_gguf_adapters_in_the_converters_other_types_read_their_decoded_values(
+        tmp_path: Path, config: ModelConfig, kind: gguf.GGMLQuantizationType) -> None:
+    """The converter's --outtype f16, bf16 and q8_0: the values read are the gguf package's decoding."""
+    rng = np.random.default_rng(0)
+    stored = {name: gguf.quants.quantize(rng.standard_normal((32, 32)).astype(np.float32), kind)
+              for name in ("blk.0.attn_output.weight.lora_a", "blk.0.attn_output.weight.lora_b")}
+    writer = gguf.GGUFWriter(str(tmp_path / "typed.gguf"), "llama")
+    writer.add_type("adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", 64.0)
+    for name, values in stored.items():
+        writer.add_tensor(name, values, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    weight = Tiny.read_lora(tmp_path / "typed.gguf", config).weights["model.layers.0.self_attn.o_proj.weight"]
+    decoded = {name: torch.from_numpy(gguf.quants.dequantize(values, kind).reshape(32, 32))
+               for name, values in stored.items()}
+    assert weight.scale == 2.0
+    assert torch.equal(weight.a, decoded["blk.0.attn_output.weight.lora_a"])
+    assert torch.equal(weight.b, decoded["blk.0.attn_output.weight.lora_b"])
