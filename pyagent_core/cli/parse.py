@@ -7,7 +7,6 @@ then exits with status 1.
 
 from __future__ import annotations
 
-import codecs
 import json
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import typer
 from pyagent_core.cli.output import error, print_json, print_table
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
+from pyagent_core.text import decode_utf8, read_utf8
 
 ToolsOpt = Annotated[Path | None, typer.Option("--tools", help="JSON file: a list of OpenAI tool definitions.")]
 ToolParserOpt = Annotated[str | None, typer.Option("--tool-parser", help="Tool-call parser, see pyagent list.")]
@@ -31,10 +31,9 @@ def read_tools(path: Path | None) -> list[dict[str, Any]]:
     """The tools in ``path`` (a JSON list, or an object with a ``tools`` list); none without a path."""
     if path is None:
         return []
+    text = read_utf8(path, "tools")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RequestError(f"cannot read tools file {path}: {exc.strerror}") from None
+        value = json.loads(text)
     except ValueError as exc:
         raise RequestError(f"tools file {path} is not JSON ({exc}); write a list of tool definitions") from None
     tools = value.get("tools") if isinstance(value, dict) else value
@@ -53,12 +52,7 @@ def read_output(path: Path | None) -> str:
         data = path.read_bytes() if path else sys.stdin.buffer.read()
     except OSError as exc:
         raise RequestError(f"cannot read {where}: {exc.strerror}") from None
-    try:
-        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise RequestError(f"{where} is not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); "
-                           "convert it first, e.g. iconv -f latin1 -t utf-8") from None
+    return decode_utf8(data, where)
 
 
 def parse(

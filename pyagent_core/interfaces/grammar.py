@@ -68,8 +68,10 @@ class ConstraintSpec:
         grammar: a context-free grammar in ``grammar_dialect`` (e.g. ``"ebnf"``, ``"gbnf"``, ``"lark"``).
         structural_tag: a structural-tag description (tags whose bodies follow schemas), text or mapping:
             ``{"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}``: free text in which
-            a trigger opens a structure whose body follows its schema; ``"at_least_one": true`` makes
-            the output open with a structure, ``"stop_after_first": true`` ends it after one.
+            a trigger opens a structure whose body follows its schema; or ``{"structures": [...],
+            "separator": "..."}``: structures only, this text between two, nothing after the last.
+            ``"at_least_one": true`` makes the output open with a structure, ``"stop_after_first":
+            true`` ends it after one.
         whitespace: what JSON constraints allow between tokens, one of :data:`WHITESPACE_MODES`:
             ``"bounded"`` (default), as llama.cpp's JSON grammars: nothing, one space, or one newline
             followed by at most :data:`MAX_INDENT` spaces or tabs; ``"any"``: any run of whitespace;

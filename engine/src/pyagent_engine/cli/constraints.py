@@ -15,6 +15,7 @@ import typer
 
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import WHITESPACE_MODES
+from pyagent_core.text import read_utf8
 
 if TYPE_CHECKING:
     from pyagent_engine.request import RequestOutput
@@ -46,13 +47,6 @@ JsonWhitespaceOpt = Annotated[str, typer.Option(
 DIALECTS = {".lark": "lark", ".gbnf": "gbnf"}
 
 
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RequestError(f"cannot read the {what} file {path}: {exc.strerror}; give an existing file") from None
-
-
 def structured_params(json_schema: Path | None, json_object: bool, regex: str | None, choice: str | None,
                       grammar: Path | None, backend: str, no_fallback: bool,
                       config: StructuredConfig, whitespace: str = "bounded") -> StructuredOutputParams | None:
@@ -81,9 +75,9 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
                                "(--json-schema, --json-object, --regex, --choice or --grammar)")
         return None
     if json_schema is not None:
-        constraint = ConstraintSpec(json_schema=_read(json_schema, "JSON schema"), whitespace=whitespace)
+        constraint = ConstraintSpec(json_schema=read_utf8(json_schema, "JSON schema"), whitespace=whitespace)
     elif grammar is not None:
-        constraint = ConstraintSpec(grammar=_read(grammar, "grammar"),
+        constraint = ConstraintSpec(grammar=read_utf8(grammar, "grammar"),
                                     grammar_dialect=DIALECTS.get(grammar.suffix.lower(), "ebnf"))
     elif choice is not None:
         constraint = ConstraintSpec(choice=[c.strip() for c in choice.split(",") if c.strip()])
