@@ -8,6 +8,7 @@ every request's defaults. FastAPI, uvicorn and the engine are imported inside th
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 PANEL = "Server"
 MIN_REQUEST_TIMEOUT_S = 1.0
 """The shortest ``--request-timeout`` (other than 0): no request is answered faster on a CPU."""
+API_KEY_ENV = "PYAGENT_API_KEY"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 """uvicorn's log levels."""
 NONE = "none"
@@ -102,7 +104,7 @@ def serve(
     host: Annotated[str, _option("--host", "Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, _option("--port", "Port to listen on.")] = 8000,
     api_key: Annotated[str | None, typer.Option(
-        "--api-key", envvar="PYAGENT_API_KEY", rich_help_panel=PANEL,
+        "--api-key", envvar=API_KEY_ENV, rich_help_panel=PANEL,
         help="Bearer key every /v1 and tokenizer request must carry (default: none, open).")] = None,
     served_model_name: Annotated[list[str] | None, _option(
         "--served-model-name", "Name(s) the model answers to (repeatable; default: the model file's name).")] = None,
@@ -177,6 +179,8 @@ def check_server_flags(*, max_body_bytes: int, max_waiting: int, max_concurrent:
         raise RequestError(f"--shutdown-grace must be a number of seconds >= 0, got {shutdown_grace}")
     if log_level.lower() not in LOG_LEVELS:
         raise RequestError(f"--log-level takes {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    if os.environ.get(API_KEY_ENV) == "" and api_key is None:  # click reads an empty variable as unset
+        api_key = ""
     if api_key is not None and not api_key.strip():
         raise RequestError("the API key (--api-key or PYAGENT_API_KEY) is empty: give a key, or leave both out "
                            "to serve without one")
