@@ -170,6 +170,11 @@ class TokenizerInfo:
         return b"".join(self.vocab[i] for i in token_ids)
 
 
+UNKNOWN_GRAMMAR_BYTES = 4 * 2**20
+"""What a host charges a compiled grammar whose :meth:`CompiledGrammar.memory_bytes` is ``None``: a
+JSON-schema grammar of xgrammar over a 49k vocabulary holds about 3 MiB."""
+
+
 def bitmask_shape(num_rows: int, vocab_size: int) -> tuple[int, int]:
     """Shape of the token bitmask: ``(num_rows, ceil(vocab_size / 32))``."""
     return num_rows, (vocab_size + _WORD - 1) // _WORD
@@ -263,6 +268,13 @@ class CompiledGrammar(ABC):
     @abstractmethod
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the constraint."""
+
+    def memory_bytes(self) -> int | None:
+        """Bytes this grammar holds of its own (automata, token-mask caches; not what it shares with the
+        backend's other grammars), as the backend counts them. A host's cache of compiled grammars is
+        bounded by their sum. ``None`` (the default): the backend cannot tell, and a host charges an
+        estimate (pyagent's engine: :data:`UNKNOWN_GRAMMAR_BYTES`)."""
+        return None
 
 
 @attrs.frozen(kw_only=True)

@@ -26,6 +26,7 @@ NO_MODEL = ("--model", "/no/such/model.gguf")
     (("--port", "99999"), "--port must be from 1 to 65535, got 99999"),
     (("--port", "0"), "--port must be from 1 to 65535, got 0"),
     (("--host", "203.0.113.7"), "cannot listen on 203.0.113.7:"),
+    (("--grammar-cache-mib", "-1"), "--grammar-cache-mib must be a number of MiB >= 0 (0: no cache), got -1.0"),
     (("--api-key", ""), "the API key (--api-key or PYAGENT_API_KEY) is empty: give a key, or leave both out"),
 ])
 def test_bad_server_flags_fail_before_the_model_loads(cli, tmp_path, args, message):
@@ -48,3 +49,12 @@ def test_a_busy_port_fails_before_the_model_loads(cli, tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (f"error: cannot listen on 127.0.0.1:{port}: Address already in use; choose "
                                      "another --port (or --host), or stop the process that holds it")
+
+
+def test_the_grammar_cache_flag_sets_the_cache_bytes():
+    from pyagent_engine.cli.constraints import structured_config
+    from pyagent_engine.structured.orchestrator import DEFAULT_CACHE_BYTES
+
+    assert structured_config(None, 30.0, cache_mib=16).cache_bytes == 16 * 2**20
+    assert structured_config(None, 30.0, cache_mib=0.5).cache_bytes == 2**19
+    assert structured_config(None, 30.0).cache_bytes == DEFAULT_CACHE_BYTES == 256 * 2**20

@@ -7,6 +7,7 @@ which backend served the requests and how many tokens jump-forward appended.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -39,6 +40,10 @@ GrammarTimeoutOpt = Annotated[float, typer.Option("--grammar-timeout", help="Sec
                                                   "to compile before its request fails.")]
 NoJumpForwardOpt = Annotated[bool, typer.Option("--no-jump-forward", help="Sample every token, also those a "
                                                 "constraint forces (a token alone in the mask).")]
+
+GrammarCacheOpt = Annotated[float | None, typer.Option(
+    "--grammar-cache-mib", help="MiB of compiled grammars kept for reuse, least recently used dropped first "
+                                "(0: none; default: 256).")]
 
 JsonWhitespaceOpt = Annotated[str, typer.Option(
     "--json-whitespace", help="Whitespace between JSON tokens: bounded (one space, or a newline and at most "
@@ -89,12 +94,22 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     return StructuredOutputParams(constraint=constraint, backend=backend, fallback=not no_fallback)
 
 
-def structured_config(order: str | None, timeout: float, no_jump_forward: bool = False) -> StructuredConfig:
-    """Engine-wide structured-output settings from ``--grammar-order``, ``--grammar-timeout`` and
-    ``--no-jump-forward``."""
+def structured_config(order: str | None, timeout: float, no_jump_forward: bool = False,
+                      cache_mib: float | None = None) -> StructuredConfig:
+    """Engine-wide structured-output settings from ``--grammar-order``, ``--grammar-timeout``,
+    ``--no-jump-forward`` and ``--grammar-cache-mib`` (``None``: the default cache size).
+
+    Raises :class:`RequestError` for a cache size that is not a number of MiB >= 0.
+    """
     from pyagent_engine.structured.orchestrator import StructuredConfig
 
-    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout, jump_forward=not no_jump_forward)
+    sizes = {}
+    if cache_mib is not None:
+        if not 0 <= cache_mib < math.inf:
+            raise RequestError(f"--grammar-cache-mib must be a number of MiB >= 0 (0: no cache), got {cache_mib}")
+        sizes["cache_bytes"] = round(cache_mib * 2**20)
+    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout, jump_forward=not no_jump_forward,
+                            **sizes)
 
 
 def grammar_backends(finals: Sequence[RequestOutput]) -> str | None:

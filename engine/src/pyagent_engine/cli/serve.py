@@ -92,7 +92,7 @@ def serve(
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
     attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, kv_cache_gib: KvOpt = 1.0,
     grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
-    no_jump_forward: constraints.NoJumpForwardOpt = False,
+    no_jump_forward: constraints.NoJumpForwardOpt = False, grammar_cache_mib: constraints.GrammarCacheOpt = None,
     speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
     spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
@@ -136,13 +136,14 @@ def serve(
     check_server_flags(max_body_bytes=max_body_bytes, max_waiting=max_waiting, max_concurrent=max_concurrent,
                        request_timeout=request_timeout, shutdown_grace=shutdown_grace, log_level=log_level,
                        api_key=api_key)
+    structured = constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward, grammar_cache_mib)
     sock = listen(host, port)  # a busy or bad port fails now, not after the model has loaded
     names = served_names(served_model_name, model)
     engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
                                   scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     engine_config["model_name"] = names[0]  # the metrics' model_name label, as vLLM's
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
-                    constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward),
+                    structured,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
     template = chat_template(llm, template_path)

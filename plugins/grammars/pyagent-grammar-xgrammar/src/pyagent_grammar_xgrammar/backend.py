@@ -117,6 +117,10 @@ class XGrammarCompiled(CompiledGrammar):
         """A fresh matcher at the start of the grammar."""
         return XGrammarMatcher(self.compiled, self._info, self._never)
 
+    def memory_bytes(self) -> int:
+        """xgrammar's count of the compiled grammar's bytes (``memory_size_bytes``: its adaptive token masks)."""
+        return int(self.compiled.memory_size_bytes)
+
 
 def _choice_grammar(choices: tuple[str, ...]) -> str:
     """An EBNF grammar whose root is one of ``choices`` (JSON escapes are valid EBNF string escapes)."""
