@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.cli.output import WIDE, console_width, print_blocks, print_json, print_table
 from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.registry import Backend, Registry, get_registry
 
@@ -70,7 +70,10 @@ def list_backends(
     json_out: JsonFlag = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the backend matrix of docs/backends.md.")] = False,
 ) -> None:
-    """Backends per kind: name, distribution, availability (or why not), default, priority."""
+    """Backends per kind: name, distribution, availability (or why not), default, priority.
+
+    A table from 120 columns; narrower, or piped, one block per backend.
+    """
     registry = get_registry()
     kinds = [get_kind(kind).name] if kind else list(KINDS)
     result = {}
@@ -84,16 +87,23 @@ def list_backends(
     if json_out:
         print_json({"kinds": result, "problems": problems})
         return
+    wide = console_width() >= WIDE
     for name, records in result.items():
         if not records:
             typer.echo(f"{KINDS[name].plural} ({name}): {registry.blocked_hint(name) or 'none installed'}")
             continue
-        print_table(
-            f"{KINDS[name].plural} ({name})",
-            ["name", "distribution", "available", "default", "priority", "summary"],
-            [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
-              "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
-        )
+        title = f"{KINDS[name].plural} ({name})"
+        if wide:
+            print_table(
+                title, ["name", "distribution", "available", "default", "priority", "summary"],
+                [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
+                  "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
+            )
+            continue
+        print_blocks(title, [
+            (f"{r['name']}{' (default)' if r['default'] else ''}: {r['dist']} {r['version']}, priority "
+             f"{r['priority']}{'' if r['available'] else ', NOT AVAILABLE'}",
+             [r["summary"], *([] if r["available"] else [f"not available: {r['reason']}"])]) for r in records])
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
 

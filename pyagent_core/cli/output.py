@@ -1,4 +1,4 @@
-"""Printing helpers shared by the commands: JSON, rich tables, errors."""
+"""Printing helpers shared by the commands: JSON, rich tables (or, on a narrow terminal or a pipe, blocks), errors."""
 
 from __future__ import annotations
 
@@ -25,6 +25,33 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
     for row in rows:
         table.add_row(*("" if cell is None else escape(str(cell)) for cell in row))  # text, not markup
     Console().print(table)
+
+
+WIDE = 120
+"""Columns from which a listing is a table; narrower (80 when piped), one block per row."""
+
+
+def console_width() -> int:
+    """The width listings are laid out for: the terminal's, ``$COLUMNS``, or 80 when piped."""
+    from rich.console import Console
+
+    return int(Console().width)
+
+
+def print_blocks(title: str, blocks: Iterable[tuple[str, Sequence[str]]]) -> None:
+    """Print ``title``, then each block: its heading, and its lines indented below it, wrapped to the console's
+    width between words (a word longer than a line is not split)."""
+    import textwrap
+
+    width = max(console_width(), 40)
+    out = [title]
+    for heading, lines in blocks:
+        out.extend(textwrap.wrap(heading, width, initial_indent="  ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False))
+        for line in lines:
+            out.extend(textwrap.wrap(line, width, initial_indent="      ", subsequent_indent="      ",
+                                     break_long_words=False, break_on_hyphens=False))
+    sys.stdout.write("\n".join(out) + "\n")
 
 
 def error(message: str) -> None:
