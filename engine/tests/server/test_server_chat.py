@@ -268,3 +268,17 @@ def test_auto_tools_without_a_tool_parser_are_a_400(plain_server: Server) -> Non
     response = plain_server.post("/v1/chat/completions", body)
     assert response.status_code == 400
     assert "reads no tool calls the model chooses to make" in response.json()["error"]["message"]
+
+
+def test_a_forced_reply_cut_inside_a_call_has_no_content(server: Server, client: Any) -> None:
+    """Cut at the start of its second call, a forced reply keeps its first, and shows nothing of the cut one."""
+    city = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+              "max_tokens": 60, "temperature": 0, "tools": [city], "tool_choice": "required"}
+    reply = client.chat.completions.create(**kwargs)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    assert [json.loads(c.function.arguments) for c in choice.message.tool_calls] == [{"city": "Paris"}]
+    events = sse_events(server, "/v1/chat/completions", {**kwargs, "stream": True})
+    assert not any(e["choices"][0]["delta"].get("content") for e in events[1:-1] if e["choices"])

@@ -168,6 +168,8 @@ class ChatReply:
                     pieces.append(parsers[index].finish())
                 for piece in pieces:
                     delta = _delta(piece) if piece is not None else {}
+                    if self.plan.constraint is not None:  # forced calls: no content, not even a cut call's start
+                        delta.pop("content", None)
                     if delta:
                         sent[index] += delta.get("content", "")
                         logprobs = self._new(output, index, scored)

@@ -12,7 +12,8 @@ validate; without one the reply is JSON, as vLLM serves it (:mod:`~pyagent_engin
 A reply whose tool call is malformed (not JSON, an unknown tool, arguments its schema refuses) comes
 back as vLLM returns it: the whole reply text as ``content``, no ``tool_calls``. A reply cut by
 ``max_tokens`` keeps the calls it finished (the one it was cut in is dropped) and finishes with
-``length``; a reply with calls that ended on its own finishes with ``tool_calls``.
+``length``; a reply with calls that ended on its own finishes with ``tool_calls``. A forced reply
+(``"required"`` or a named function) has no ``content``, streamed or not.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ class ToolPlan:
     def message(self, text: str, finish_reason: str | None) -> AssistantMessage:
         """The assistant message of a whole reply: with a malformed call, the reply's text as content; but a
         reply cut by ``max_tokens`` (``finish_reason == "length"``) keeps the calls it finished, as the one
-        it was cut in is unfinished, not malformed."""
+        it was cut in is unfinished, not malformed. A forced reply (:attr:`constraint`) is calls only: it
+        has no content, whatever a cut left of its last call."""
         parser = self.parser()
         message = parser.parse(text)
+        if self.constraint is not None:
+            return attrs.evolve(message, content=None)
         if not message.errors or finish_reason == "length":
             return message
         return MessageParser(None, parser.reasoning_parser).parse(text)
