@@ -15,8 +15,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.requests.params import SamplingParams
 
 from .conftest import API_KEY, Server, running
 from .test_server_errors import error_of
@@ -197,7 +197,7 @@ class HeldTokenizer:
 def test_health_answers_while_a_large_prompt_is_rendered(llm: LLM, path: str, body: dict[str, Any]) -> None:
     """The chat template and the tokenizer run off the event loop: with a 1 MB prompt's tokenization held
     until /health has answered, /health answers first (on the loop, it would wait for the render)."""
-    from pyagent_engine.async_engine import AsyncEngine
+    from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
     from pyagent_engine.server.state import ServerConfig, ServerState
 

@@ -15,9 +15,9 @@ import pytest
 
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.registry import Registry
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.structured.orchestrator import GrammarOrchestrator, StructuredConfig
-from pyagent_engine.structured.params import StructuredOutputParams
 
 LIMIT = 16 * 2**20
 RSS_BOUND = 128 * 2**20

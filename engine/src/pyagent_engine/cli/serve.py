@@ -34,7 +34,7 @@ from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.models.chat_template import ChatTemplate
     from pyagent_engine.server.state import ServerConfig
 
@@ -127,7 +127,7 @@ def serve(
 
     The parsers default to those detected from the chat template (--tool-parser none turns it off).
     """
-    from pyagent_engine.async_engine import AsyncEngine
+    from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
     from pyagent_engine.server.launch import listen, run
     from pyagent_engine.server.metrics import metrics_router
