@@ -234,21 +234,25 @@ def generate(
     outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], per_line, not raw, system,
                    stream_text=single)
 
-    def write_ready() -> None:
-        """Write the outputs that are next in input order, each as soon as the ones before it are out."""
-        while len(finals) in ready:
-            line, output = lines[len(finals)], ready.pop(len(finals))
-            if output.error is not None:
-                error(output.error)
-            _emit(line, output, llm, json_out, single)
-            finals.append(output)
+    def write_ready() -> bool:
+        """Write the outputs that are next in input order, each as soon as the ones before it are out;
+        True when Ctrl-C came meanwhile (it waits until they are written, so none is cut or written twice)."""
+        with StopOnInterrupt() as stop:
+            while len(finals) in ready:
+                line, output = lines[len(finals)], ready[len(finals)]
+                if output.error is not None:
+                    error(output.error)
+                _emit(line, output, llm, json_out, single)
+                finals.append(ready.pop(len(finals)))
+        return stop.requested
 
     interrupted = False
     try:
         for output in outputs:
             line = good[int(output.request_id)]
             ready[line.index] = _named(output, line, input_path)
-            write_ready()
+            if write_ready():
+                raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C: what finished still goes out, the rest as interrupted
         interrupted = True
         for line in lines[len(finals):]:
