@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.output import WIDE, console_width, print_blocks, print_json, print_table
+from pyagent_core.commands import JsonFlag, print_json, print_table
 from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.registry import Backend, Registry, get_registry
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+WIDE = 120
+"""Columns from which ``pyagent list`` is a table; narrower (80 when piped), one block per backend."""
+
+
+def console_width() -> int:
+    """The width listings are laid out for: the terminal's, ``$COLUMNS``, or 80 when piped."""
+    from rich.console import Console
+
+    return int(Console().width)
+
+
+def print_blocks(title: str, blocks: Iterable[tuple[str, Sequence[str]]]) -> None:
+    """Print ``title``, then each block: its heading, and its lines indented below it, wrapped to the console's
+    width between words (a word longer than a line is not split)."""
+    import textwrap
+
+    width = max(console_width(), 40)
+    out = [title]
+    for heading, lines in blocks:
+        out.extend(textwrap.wrap(heading, width, initial_indent="  ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False))
+        for line in lines:
+            out.extend(textwrap.wrap(line, width, initial_indent="      ", subsequent_indent="      ",
+                                     break_long_words=False, break_on_hyphens=False))
+    typer.echo("\n".join(out))
 
 
 def backend_record(registry: Registry, backend: Backend, default: Backend | None,
