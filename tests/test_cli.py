@@ -122,3 +122,22 @@ def test_a_plugin_allow_list_naming_nothing_installed_is_warned_about(cli, isola
     assert "installed plugins are blocked by the plugin control variables" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "PYAGENT_PLUGINS names 'nosuch', which is no installed plugin" in warnings[0]
+
+
+def test_list_at_80_columns_or_piped_is_one_block_per_backend_in_whole_words(cli, isolated):
+    """`make demo` pipes `pyagent list`: 80 columns, where a six-column table splits words mid-way."""
+    data = json.loads(cli("list", "--json", **isolated).stdout)
+    result = cli("list", env={**isolated["env"], "COLUMNS": "80"}, cwd=isolated["cwd"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    words = result.stdout.split()
+    text = " ".join(words)
+    backends = [r for records in data["kinds"].values() for r in records]
+    for record in backends:
+        assert " ".join(record["summary"].split()) in text, record["name"]  # every word whole, in order
+        heading = f"{record['name']}{' (default)' if record['default'] else ''}: {record['dist']}"
+        assert any(line.startswith("  " + heading) for line in lines), heading
+    assert len(lines) <= 4 * len(backends) + 2 * len(data["kinds"])
+    wide = cli("list", env={**isolated["env"], "COLUMNS": "160"}, cwd=isolated["cwd"]).stdout
+    assert "┃ name" in wide  # a terminal wide enough gets the table

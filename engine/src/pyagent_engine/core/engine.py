@@ -123,7 +123,8 @@ class Engine:
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
-            engine_id=f"engine-{next(_engine_ids)}", model=str(loaded.source), architecture=model_config.architecture,
+            engine_id=f"engine-{next(_engine_ids)}", model=self.config.model_name or str(loaded.source),
+            architecture=model_config.architecture,
             dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
             max_model_len=model_config.max_position_embeddings, block_size=self.config.block_size,
             num_kv_blocks=self.num_blocks, max_num_seqs=self.config.max_num_seqs,
@@ -185,11 +186,15 @@ class Engine:
         if len(ids) >= context:
             raise RequestError(f"the prompt has {len(ids)} tokens but the model's context is {context}; "
                                "shorten the prompt")
+        if len(ids) + params.max_tokens > context:
+            raise RequestError(f"the prompt has {len(ids)} tokens and max_tokens is {params.max_tokens}: "
+                               f"{len(ids) + params.max_tokens} tokens, over the model's context of {context}; "
+                               f"lower max_tokens to at most {context - len(ids)} or shorten the prompt")
         vocab = self.loaded.config.vocab_size
         outside = [t for t in ids if not 0 <= t < vocab]
         if outside:
             raise RequestError(f"prompt token ids must be in [0, {vocab}); got {outside[:5]}")
-        needed = -(-min(len(ids) + params.max_tokens, context) // self.config.block_size)
+        needed = -(-(len(ids) + params.max_tokens) // self.config.block_size)
         if needed > self.num_blocks:
             raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
                                "raise kv_cache_gib or lower max_tokens")

