@@ -60,12 +60,12 @@ def test_default_chain_from_the_installed_specs_is_the_old_hard_coded_order():
 
 
 def test_default_order_is_stage_then_position_then_name():
-    def spec(name, stage=None, position=0, selects_token=False):
-        return SamplerSpec(name=name, impl="m:C", stage=stage, position=position, selects_token=selects_token)
+    def spec(name, stage=None, position=0):
+        return SamplerSpec(name=name, impl="m:C", stage=stage, position=position)
 
     specs = [spec("mirostat_like", "final"), spec("b", "truncation", 5), spec("a", "truncation", 5),
              spec("early", "truncation", -1), spec("ban", "constraints", 99), spec("hot", "temperature"),
-             spec("named_only"), spec("pick", selects_token=True), spec("rep", "penalties", 1.5)]
+             spec("named_only"), spec("pick", "select"), spec("rep", "penalties", 1.5)]
     assert default_processor_order(specs) == ("ban", "rep", "early", "a", "b", "hot", "mirostat_like")
 
 

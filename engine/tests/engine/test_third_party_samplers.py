@@ -58,7 +58,7 @@ class ThirdPartyTopK(LogitsProcessor):
     def row_state(self, request: AddedRequest) -> AddedRequest:
         k = request.params.get("top_k")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise ValueError(f"request at row {request.index}: top_k={k!r} is invalid; use an integer >= 0")
+            raise ValueError(f"{request.where}: top_k={k!r} is invalid; use an integer >= 0")
         return request
 
     def update_state(self, update: BatchUpdate | None) -> None:
