@@ -199,7 +199,8 @@ def _strings(flag: str, texts: Sequence[str]) -> list[str]:
         return []
     strings = [unescape(text) for text in texts]
     if "" in strings or NONE_TEXT in texts:
-        raise OptionError(f"{flag} takes non-empty strings, or '{NONE_TEXT}' alone for an empty list; got {list(texts)!r}")
+        raise OptionError(f"{flag} takes non-empty strings, or '{NONE_TEXT}' alone for an empty list; "
+                          f"got {list(texts)!r}")
     return strings
 
 
