@@ -47,6 +47,9 @@ from pyagent_core.options import validate_options
 from pyagent_core.types import BackendSpec
 
 STATUS_OK, STATUS_FAILED, STATUS_BLOCKED = "ok", "failed", "blocked"
+NO_BACKEND = "none"
+"""The selection that turns a kind without a default off, whatever a host would detect
+(``PYAGENT_TOOL_PARSER=none``, ``--tool-parser none``)."""
 
 S = TypeVar("S", bound=BackendSpec)
 
@@ -502,11 +505,13 @@ class Registry:
 
     def selected(self, kind: str | Kind[Any], name: str | None = None,
                  options: Mapping[str, Any] | None = None) -> Selection[Any] | None:
-        """:meth:`select`, or ``None`` where it would raise :class:`NothingSelectedError`: nothing
-        selects a backend of a kind without a default (a host then uses none, or detects one)."""
+        """:meth:`select`, or ``None`` for a kind without a default (the parsers) when nothing selects
+        a backend or the selection is :data:`NO_BACKEND` (a host then uses none, or detects one)."""
         handle = get_kind(kind)
-        if not name and not handle.default_by_priority and self.settings.selected(handle.name) is None:
-            return None
+        if not handle.default_by_priority:
+            configured = name or (self.settings.selected(handle.name) or (None, ""))[0]
+            if configured is None or configured == NO_BACKEND:
+                return None
         return self.select(handle, name, options)
 
     def _with_options(self, backend: Backend[Any], source: str,
