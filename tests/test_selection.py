@@ -183,7 +183,7 @@ def test_a_kind_without_a_default_selects_nothing_until_asked(site, make_registr
     registry = make_registry()
     assert registry.default("tool_parser") is None  # 'aaa' has the highest priority, but parsers have no default
     assert registry.selected("tool_parser") is None
-    with pytest.raises(NothingSelectedError, match="no tool_parser is selected.*PYAGENT_TOOL_PARSER=NAME"):
+    with pytest.raises(NothingSelectedError, match=r"no tool_parser is selected.*PYAGENT_TOOL_PARSER=NAME"):
         registry.select("tool_parser")
     assert make_registry({"PYAGENT_TOOL_PARSER": "none"}).selected("tool_parser") is None
     assert make_registry({"PYAGENT_TOOL_PARSER": "zzz"}).selected("tool_parser").backend.name == "zzz"
