@@ -21,6 +21,7 @@ import attrs
 import typer
 
 from pyagent_core.errors import OptionError
+from pyagent_core.kinds import SAMPLER
 from pyagent_core.options import parse_assignments
 from pyagent_core.registry import Registry, get_registry
 from pyagent_sampler_host.parameters import RequestParameter, request_parameters
@@ -103,7 +104,7 @@ def with_sampler_flags(command: Callable[..., None], registry: Registry | None =
     ``top_k``, ``top_p``, ``seed``) keeps the command's flag."""
     signature = inspect.signature(command, eval_str=True)
     kept = [p for name, p in signature.parameters.items() if name != "sampler"]
-    declared = request_parameters(registry or get_registry())
+    declared = request_parameters(b.spec for b in (registry or get_registry()).backends(SAMPLER))
     flags = [param for name, param in declared.items() if name not in signature.parameters]
     added = [*(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_annotation(p))
                for p in flags), *EXTRA]

@@ -11,13 +11,12 @@ Nothing here imports torch or a sampler's implementation: the CLI builds its fla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
-from pyagent_core.kinds import SAMPLER
 from pyagent_core.options import OptionSpec
-from pyagent_core.registry import Registry
+from pyagent_core.types import SamplerSpec
 
 
 @attrs.frozen
@@ -40,14 +39,15 @@ class RequestParameter:
         return "--" + self.name.replace("_", "-")
 
 
-def request_parameters(registry: Registry) -> Mapping[str, RequestParameter]:
-    """Every per-request parameter a registered sampler declares, by name, in chain order."""
+def request_parameters(specs: Iterable[SamplerSpec]) -> Mapping[str, RequestParameter]:
+    """Every per-request parameter that one of ``specs`` declares (all the registered samplers' for a
+    command line, a chain's for a server), by name, in chain order."""
     found: dict[str, RequestParameter] = {}
-    for backend in sorted(registry.backends(SAMPLER), key=lambda b: (b.spec.chain_order, b.dist or "")):
-        for name, option in backend.spec.request_params().items():
+    for spec in sorted(specs, key=lambda spec: spec.chain_order):
+        for name, option in spec.request_params().items():
             known = found.get(name)
             if known is None:
-                found[name] = RequestParameter(name, option, (backend.name,))
-            elif backend.name not in known.samplers:
-                found[name] = attrs.evolve(known, samplers=(*known.samplers, backend.name))
+                found[name] = RequestParameter(name, option, (spec.name,))
+            elif spec.name not in known.samplers:
+                found[name] = attrs.evolve(known, samplers=(*known.samplers, spec.name))
     return found
