@@ -11,7 +11,7 @@ import torch
 
 from pyagent_core import OptionSpec, hookimpl
 from pyagent_core.config import Settings
-from pyagent_core.interfaces.sampler import LogitsProcessor, SamplerContext, TokenSelector
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext, TokenSelector
 from pyagent_core.registry import Registry
 from pyagent_core.types import SamplerSpec
 from pyagent_sampler_host.rows import RowRequest
@@ -43,6 +43,63 @@ class Shift(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         shifts = [float(self.param(row, "shift", 0.0)) for row in range(len(self.rows))]
         return logits.add_(torch.tensor(shifts, dtype=logits.dtype).unsqueeze(1))
+
+
+class ThirdPartyTopK(LogitsProcessor):
+    """Keeps each row's ``top_k`` largest logits (and those tied with the k-th); 0 turns it off.
+
+    One step of the fused mask: ``mask_step`` and ``row_values`` are all it takes. It counts the
+    calls of :meth:`apply`, so a test can tell whether a chain ran it or the kernel did.
+    """
+
+    mask_step = "top_k"
+
+    def __init__(self, options: Mapping[str, Any], context: SamplerContext) -> None:
+        super().__init__(options, context)
+        self.apply_calls = 0
+        self._values: list[int] | None = None
+
+    def row_state(self, request: AddedRequest) -> AddedRequest:
+        k = request.params.get("top_k")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"{request.where}: top_k={k!r} is invalid; use an integer >= 0")
+        return request
+
+    def update_state(self, update: BatchUpdate | None) -> None:
+        super().update_state(update)
+        if update is not None:
+            self._values = None
+
+    def row_values(self) -> list[int]:
+        if self._values is None:
+            self._values = [int(self.param(row, "top_k", 0)) for row in range(len(self.rows))]
+        return self._values
+
+    def is_argmax_invariant(self) -> bool:
+        return True
+
+    def leaves_batch_unchanged(self) -> bool:
+        return all(k <= 0 or k >= self.vocab_size for k in self.row_values())
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        self.apply_calls += 1
+        if logits.ndim != 2 or tuple(logits.shape) != (len(self.rows), self.vocab_size):
+            raise ValueError(f"tp_top_k: logits of shape {tuple(logits.shape)}; expected "
+                             f"[{len(self.rows)}, {self.vocab_size}]")
+        for row, k in enumerate(self.row_values()):
+            if 0 < k < self.vocab_size:
+                kth = torch.topk(logits[row], k).values[-1]
+                logits[row].masked_fill_(logits[row] < kth, float("-inf"))
+        return logits
+
+
+class UnknownStep(Shift):
+    """Claims a fused-mask step the kernel does not have."""
+
+    mask_step = "top_a"
+
+    def row_values(self) -> list[float]:
+        return [0.0] * len(self.rows)
 
 
 SELECTOR = SamplerSpec(name="tp_lowest", impl=f"{__name__}:LowestIdSelector", stage="select",
