@@ -55,7 +55,7 @@ def pyagent_register_samplers(register):
                          requires=("torch",), options={"force_token": OptionSpec(
                              type=int, min=0, request=True, request_help="Generate only this token id (unset: off).")}))
     register(SamplerSpec(name="tp_constant", impl="demo_choices.impl:ConstantSelector", stage="select",
-                         requires=("torch",), options={"token": OptionSpec(type=int, default=7, min=0)}))
+                         requires=("torch",), options={"token": OptionSpec(type=int, default=1234, min=0)}))
 
 
 @hookimpl
@@ -162,19 +162,19 @@ def test_the_processor_through_its_flag_a_sampler_param_and_an_option_table(cli,
 
 def test_the_selector_through_the_order_the_environment_pyagent_use_and_the_user_config(cli, demo):
     sampled = ("--temperature", "0.5")
-    assert generated(cli, demo, *sampled, "--samplers", "top_k,temperature,tp_constant") == [7, 7, 7]
-    assert generated(cli, demo, *sampled, env={"PYAGENT_SAMPLER": "tp_constant"}) == [7, 7, 7]
+    assert generated(cli, demo, *sampled, "--samplers", "top_k,temperature,tp_constant") == [1234] * 3
+    assert generated(cli, demo, *sampled, env={"PYAGENT_SAMPLER": "tp_constant"}) == [1234] * 3
     used = project(demo, "used")
-    chosen = cli("use", "sampler", "tp_constant", "--opt", "token=9", env=demo["env"], cwd=used)
+    chosen = cli("use", "sampler", "tp_constant", "--opt", "token=1300", env=demo["env"], cwd=used)
     assert chosen.returncode == 0, chosen.stderr
-    assert generated(cli, demo, *sampled, cwd=used) == [9, 9, 9]
+    assert generated(cli, demo, *sampled, cwd=used) == [1300] * 3
     config = json.loads(cli("config", "--json", env=demo["env"], cwd=used).stdout)["selection"]["sampler"]
     assert config["backend"] == "tp_constant" and config["source"].startswith("project file")
-    user = cli("use", "sampler", "tp_constant", "--opt", "token=11", "--user", env=demo["env"], cwd=used)
+    user = cli("use", "sampler", "tp_constant", "--opt", "token=1400", "--user", env=demo["env"], cwd=used)
     assert user.returncode == 0, user.stderr
-    assert generated(cli, demo, *sampled) == [11, 11, 11]  # the user config, in a project without pyagent.toml
+    assert generated(cli, demo, *sampled) == [1400] * 3  # the user config, in a project without pyagent.toml
     greedy = generated(cli, demo)  # temperature 0 (generate's default) stays greedy whatever the selector
-    assert greedy != [11, 11, 11] and greedy == generated(cli, demo, env={"PYAGENT_SAMPLER": "multinomial"})
+    assert greedy != [1400] * 3 and greedy == generated(cli, demo, env={"PYAGENT_SAMPLER": "multinomial"})
 
 
 def test_a_parameter_without_its_stage_is_an_error_in_the_cli(cli, demo):
@@ -196,7 +196,7 @@ sampled = SamplingParams(temperature=0.5, max_tokens=3, ignore_eos=True)
 outputs = llm.generate(["Hi", "Hi"], [forced, sampled])
 lacking = LLM(samplers="top_k").generate(["Hi"], SamplingParams(temperature=0.01, max_tokens=3))[0]
 name, source = choose_parser(TOOL_PARSER, None)
-calls = build_message_parser(name).extract("hello").tool_calls
+calls = build_message_parser(name).parse("hello").tool_calls
 print(json.dumps({"tokens": [o.output_token_ids for o in outputs], "lacking": lacking.error, "parser": name,
                   "source": source, "calls": [[c.name, c.arguments] for c in calls]}))
 """
@@ -208,7 +208,7 @@ def test_the_python_api_takes_every_choice_from_the_environment(demo, tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.splitlines()[-1])
-    assert seen["tokens"] == [[42, 42, 42], [7, 7, 7]]
+    assert seen["tokens"] == [[42, 42, 42], [1234] * 3]
     assert "temperature=0.01 needs a sampler the chain (top_k,tp_constant) lacks" in seen["lacking"]
     assert seen["parser"] == "tp_echo" and seen["source"] == "environment PYAGENT_TOOL_PARSER"
     assert seen["calls"] == [["echo", '{"text": "hello"}']]
@@ -261,7 +261,7 @@ def test_serve_takes_the_selector_and_the_parser_from_the_environment_and_the_pa
         forced = httpx2.post(url + "/detokenize", json={"tokens": [42, 42, 42]}, timeout=30).json()["prompt"]
         assert call["function"]["name"] == "echo" and json.loads(call["function"]["arguments"]) == {"text": forced}
         text = post("/v1/completions", {"prompt": "Hi", "top_k": 3}).json()["choices"][0]["text"]
-        assert text == httpx2.post(url + "/detokenize", json={"tokens": [7, 7, 7]}, timeout=30).json()["prompt"]
+        assert text == httpx2.post(url + "/detokenize", json={"tokens": [1234] * 3}, timeout=30).json()["prompt"]
         for field_name, value in (("temperature", 0.5), ("min_p", 0.1)):
             refused = post("/v1/completions", {"prompt": "Hi", field_name: value})
             assert refused.status_code == 400, refused.text
