@@ -209,8 +209,8 @@ def kvcache(
         policy_factories,
         run_kvcache_benchmark,
     )
-    from pyagent_engine.kvcache.generate import WORKLOADS
-    from pyagent_engine.kvcache.trace import load_trace
+    from pyagent_engine.kvsim.generate import WORKLOADS
+    from pyagent_engine.kvsim.trace import load_trace
 
     if not trace and not generate:
         trace, generate = list(DEFAULT_TRACES), list(WORKLOADS)

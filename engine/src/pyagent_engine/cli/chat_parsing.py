@@ -16,9 +16,9 @@ from pyagent_engine.cli.line_editor import StopOnInterrupt
 
 if TYPE_CHECKING:
     from pyagent_core.interfaces.tool_parser import DeltaMessage
-    from pyagent_engine.llm import LLM, Prompt
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.api.llm import LLM, Prompt
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.request import RequestOutput
 
 
 class ChatParsing:

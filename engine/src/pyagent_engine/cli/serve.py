@@ -31,7 +31,7 @@ from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.models.chat_template import ChatTemplate
     from pyagent_engine.server.state import ServerConfig
 
@@ -107,7 +107,7 @@ def serve(
     The parsers default to those selected (PYAGENT_TOOL_PARSER, pyagent.toml...), else those detected from
     the chat template (--tool-parser none turns one off).
     """
-    from pyagent_engine.async_engine import AsyncEngine
+    from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
     from pyagent_engine.server.launch import run
     from pyagent_engine.server.metrics import metrics_router

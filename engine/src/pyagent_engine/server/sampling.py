@@ -1,4 +1,4 @@
-"""A request body to the :class:`~pyagent_engine.params.SamplingParams` of each of its choices.
+"""A request body to the :class:`~pyagent_engine.requests.params.SamplingParams` of each of its choices.
 
 OpenAI's fields map to the engine's. Every per-request parameter a sampler of the engine's chain
 declares (an option of its spec with ``request=True``: ``top_k``, ``min_p``, ``dry_multiplier``... as
@@ -21,11 +21,11 @@ from pydantic import BaseModel, Field, create_model
 from pyagent_core.errors import SpecError
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.types import SamplerSpec
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.server.errors import bad_request
 from pyagent_engine.server.protocol import GenerationRequest
 from pyagent_engine.structured.checks import check_constraint
-from pyagent_engine.structured.params import StructuredOutputParams
 from pyagent_sampler_host.parameters import request_parameters
 
 _PASSED = ("frequency_penalty", "presence_penalty")
