@@ -256,7 +256,7 @@ def make_kit(impl: type, *, selects_token: bool = False, argmax_invariant: bool 
     spec = SamplerSpec(
         name=impl.__name__.lower(),
         impl=f"{__name__}:{impl.__name__}",
-        options={} if selects_token else {"shift": OptionSpec(type=float, default=0.0)},
+        options={} if selects_token else {"shift": OptionSpec(type=float, default=0.0, request=True)},
         argmax_invariant=argmax_invariant,
         stage="select" if selects_token else None,
     )
@@ -354,3 +354,14 @@ def test_kit_fails_a_broken_selector(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(kit, check)()
 
+
+
+def test_kit_fails_a_processor_that_refuses_a_parameter_its_spec_declares() -> None:
+    """A spec whose request=True option's default (here 50) the processor refuses: hosts would offer a
+    flag and a request field that can never be used as declared."""
+    kit = make_kit(ShiftProcessor)
+    spec = kit.spec
+    kit.spec = SamplerSpec(name=spec.name, impl=spec.impl, argmax_invariant=True,
+                           options={"shift": OptionSpec(type=float, default=50.0, request=True)})
+    with pytest.raises(AssertionError, match="declares the per-request parameter 'shift'.*shift=50.0, its default"):
+        kit.test_declared_request_params_are_accepted_at_their_defaults()
