@@ -203,7 +203,8 @@ print(json.dumps({"tokens": [o.output_token_ids for o in outputs], "lacking": la
 
 
 def test_the_python_api_takes_every_choice_from_the_environment(demo, tmp_path):
-    env = {**os.environ, **demo["env"], "PYAGENT_SAMPLER": "tp_constant", "PYAGENT_TOOL_PARSER": "tp_echo"}
+    env = {**os.environ, **demo["env"], "PYAGENT_SAMPLER": "tp_constant", "PYAGENT_TOOL_PARSER": "tp_echo",
+           "PYAGENT_USER_CONFIG": str(tmp_path / "no-user-config.toml")}
     result = subprocess.run([sys.executable, "-c", API], capture_output=True, text=True, env=env, cwd=tmp_path,
                             timeout=600)
     assert result.returncode == 0, result.stderr
@@ -244,8 +245,9 @@ def serving(demo: dict[str, Any], env: dict[str, str], *args: str) -> Iterator[s
         process.wait()
 
 
-def test_serve_takes_the_selector_and_the_parser_from_the_environment_and_the_parameter_as_a_field(demo):
-    env = {"PYAGENT_SAMPLER": "tp_constant", "PYAGENT_TOOL_PARSER": "tp_echo"}
+def test_serve_takes_the_selector_and_the_parser_from_the_environment_and_the_parameter_as_a_field(demo, tmp_path):
+    env = {"PYAGENT_SAMPLER": "tp_constant", "PYAGENT_TOOL_PARSER": "tp_echo",
+           "PYAGENT_USER_CONFIG": str(tmp_path / "no-user-config.toml")}
     with serving(demo, env, "--samplers", "tp_force,top_k") as url:
         def post(path: str, body: dict[str, Any]) -> httpx2.Response:
             return httpx2.post(url + path, json={"max_tokens": 3, "ignore_eos": True, **body}, timeout=300)

@@ -95,3 +95,11 @@ def test_tutorial_tests_pass(installed, tmp_path):
     summary = result.stdout.strip().splitlines()[-1]
     passed = int(re.search(r"(\d+) passed", summary).group(1))  # type: ignore[union-attr]
     assert passed >= 10 and "failed" not in summary, summary
+
+
+def test_tutorial_sampler_parameter_is_a_generate_flag(installed, cli, tmp_path):
+    """Its option, declared with request=True, is a `pyagent generate` flag with the spec's help."""
+    _, _, env = installed
+    shown = cli("generate", "--help", env={**env, "COLUMNS": "200"}, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "--softcap" in shown.stdout and "Soft-cap the logits at this value" in shown.stdout
