@@ -76,7 +76,7 @@ class Kind(Generic[S]):
 ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
                  "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
-               "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor",
+               "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler",
                selectable=lambda spec: bool(spec.selects_token),
                not_selectable=("is a logits processor: the sampler selection names the chain's token selector (its "
                                "select stage). Processors join the default chain by their stage; name them in an "

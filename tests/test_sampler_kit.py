@@ -363,5 +363,5 @@ def test_kit_fails_a_processor_that_refuses_a_parameter_its_spec_declares() -> N
     spec = kit.spec
     kit.spec = SamplerSpec(name=spec.name, impl=spec.impl, argmax_invariant=True,
                            options={"shift": OptionSpec(type=float, default=50.0, request=True)})
-    with pytest.raises(AssertionError, match="declares the per-request parameter 'shift'.*shift=50.0, its default"):
+    with pytest.raises(AssertionError, match=r"declares the per-request parameter 'shift'.*shift=50.0, its default"):
         kit.test_declared_request_params_are_accepted_at_their_defaults()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 
 @hookimpl
@@ -32,5 +33,5 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         stage="select",
         priority=0,
         requires=("torch", "pyagent_kernels"),
-        install_hint="pip install pyagent-samplers-gumbel",
+        install_hint=checkout_install_hint("pyagent-samplers-gumbel", "plugins/samplers/pyagent-samplers-gumbel"),
     ))
