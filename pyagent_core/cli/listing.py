@@ -151,11 +151,12 @@ def info(
         "capabilities": spec.capabilities(),
         "options": {
             key: {"type": opt.type_name, "default": opt.default, "help": opt.help,
-                  "choices": list(opt.choices), "min": opt.min, "max": opt.max}
+                  "choices": list(opt.choices), "min": opt.min, "max": opt.max,
+                  "request": opt.request, "request_help": opt.parameter_help if opt.request else ""}
             for key, opt in spec.options.items()
         },
         "requires": list(spec.requires), "install_hint": spec.install_hint,
-        "select_with": f"pyagent use {backend.kind} {spec.name}, or {KINDS[backend.kind].env_var}={spec.name}",
+        "select_with": _select_with(backend),
     }
     if json_out:
         print_json(record)
@@ -166,9 +167,19 @@ def info(
         + [(f"capability {k}", v) for k, v in record["capabilities"].items()],
     )
     print_table(
-        "options", ["option", "type", "default", "range", "help"],
-        [(k, o["type"], o["default"], _range(o), o["help"]) for k, o in record["options"].items()],
+        "options", ["option", "type", "default", "range", "per request", "help"],
+        [(k, o["type"], o["default"], _range(o), "yes" if o["request"] else "", o["help"])
+         for k, o in record["options"].items()],
     )
+
+
+def _select_with(backend: Backend) -> str:
+    """How a user selects ``backend``: ``pyagent use`` and the variable, or why the kind's selection
+    cannot name it."""
+    kind = KINDS[backend.kind]
+    if not kind.selectable(backend.spec):
+        return f"{backend.name} {kind.not_selectable}"
+    return f"pyagent use {backend.kind} {backend.name}, or {kind.env_var}={backend.name}"
 
 
 def _range(option: dict[str, Any]) -> str:

@@ -44,8 +44,6 @@ MIN_REQUEST_TIMEOUT_S = 1.0
 API_KEY_ENV = "PYAGENT_API_KEY"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 """uvicorn's log levels."""
-NONE = "none"
-"""The parser name that turns a parser off instead of detecting one from the chat template."""
 
 
 def _option(flag: str, text: str) -> typer.models.OptionInfo:
@@ -77,15 +75,14 @@ def served_names(given: list[str] | None, model: str | None) -> tuple[str, ...]:
 
 
 def parser_name(given: str | None, template: ChatTemplate | None, detect: str) -> str | None:
-    """``given`` (``none``: off), else the parser detected from the chat template (``None``: none matched)."""
+    """The parser ``serve`` uses: ``given`` (``none``: off), else ``PYAGENT_TOOL_PARSER`` /
+    ``PYAGENT_REASONING_PARSER``, ``pyagent.toml``, the user config, else the one detected from the chat
+    template (``None``: none matched); see :func:`pyagent_core.parsing.choose_parser`."""
     from pyagent_core import parsing
+    from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER
 
-    if given is not None:
-        return None if given == NONE else given
-    if template is None:
-        return None
-    return parsing.detect_tool_parser(template.source) if detect == "tool" else \
-        parsing.detect_reasoning_parser(template.source)
+    kind = TOOL_PARSER if detect == "tool" else REASONING_PARSER
+    return parsing.choose_parser(kind, given, template.source if template is not None else None)[0]
 
 
 def serve(
@@ -125,7 +122,8 @@ def serve(
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, tools, structured output).
 
-    The parsers default to those detected from the chat template (--tool-parser none turns it off).
+    The parsers default to those selected (PYAGENT_TOOL_PARSER, pyagent.toml...), else those detected from
+    the chat template (--tool-parser none turns one off).
     """
     from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app

@@ -24,6 +24,7 @@ from pyagent_engine.server.protocol import (
     DetokenizeRequest,
     TokenizeRequest,
 )
+from pyagent_engine.server.sampling import with_sampler_fields
 from pyagent_engine.server.state import ServerState
 
 
@@ -32,13 +33,18 @@ def openai_router(state: ServerState) -> APIRouter:
     behind the API key and the body checks of :func:`~pyagent_engine.server.limits.guarded_route`."""
     router = APIRouter(route_class=guarded_route(state.config.api_key))
 
-    @router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
         return await chat.chat_completions(body, request, state)
 
-    @router.post("/v1/completions", summary="Create a completion (OpenAI).")
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
         return await completions.completions(body, request, state)
+
+    # the bodies declare the chain's sampler parameters (see server.sampling.with_sampler_fields)
+    specs = [s.backend.spec for s in state.engine.llm.engine.sampler.chain.selections]
+    create_chat_completion.__annotations__["body"] = with_sampler_fields(ChatCompletionRequest, specs)
+    create_completion.__annotations__["body"] = with_sampler_fields(CompletionRequest, specs)
+    router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")(create_chat_completion)
+    router.post("/v1/completions", summary="Create a completion (OpenAI).")(create_completion)
 
     @router.get("/v1/models", summary="List the served model (OpenAI).")
     async def list_models() -> dict[str, Any]:

@@ -8,6 +8,7 @@ Imported on every CLI start: no vLLM, no torch.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated
@@ -59,6 +60,10 @@ def bench(out: Annotated[Path | None, typer.Option(help="Write the results as JS
     concurrent requests (run it in the environment of `make vllm-env`)."""
     if vllm_version() is None:
         error("vLLM is not installed in this environment; run `make vllm-env` and use .venv-vllm/bin/pyagent")
+        raise typer.Exit(1)
+    if importlib.util.find_spec("pyagent_engine") is None:
+        error("the benchmark runs pyagent's engine beside vLLM, which is not installed here; "
+              "pip install 'pyagent-vllm[bench]'")
         raise typer.Exit(1)
     from pyagent_vllm.bench import run_benchmark
 
