@@ -17,7 +17,9 @@ An architecture that serves LoRA adapters (non-empty ``lora_targets``) is also c
 merged-weights oracle: rows of a slot holding an adapter give the logits of the model whose weights
 are ``W + scale * B A``, rows of other adapters and of the base model in the same batch give their
 own, and misuse (an empty slot, a rank above ``max_lora_rank``, LoRA not enabled) raises
-:class:`~pyagent_core.errors.LoRAAdapterError`.
+:class:`~pyagent_core.errors.LoRAAdapterError`. One that serves none (empty ``lora_targets``: those
+checks skip, saying so) must run ``lora_slots`` of all -1 as its base model and refuse rows naming a
+slot, and ``enable_lora``, with :class:`~pyagent_core.errors.LoRAAdapterError`.
 """
 
 from __future__ import annotations
@@ -194,13 +196,14 @@ class ModelConformance(BackendConformance):
 
     def run(self, model: CausalLM, ids: Sequence[int], positions: torch.Tensor, caches: Sequence[Any],
             md: AttentionMetadata, rows: torch.Tensor, attention: AttentionBackend | None = None,
-            mixer: MixerBackend | None = None) -> torch.Tensor:
-        """``model.forward`` on the kit's backends (the mixer passed only to a model that names families)."""
+            mixer: MixerBackend | None = None, lora_slots: torch.Tensor | None = None) -> torch.Tensor:
+        """``model.forward`` on the kit's backends (the mixer passed only to a model that names families,
+        ``lora_slots`` only when given)."""
         attention = attention or self.make_attention(model, model.context.dtype)
+        extra: dict[str, Any] = {} if lora_slots is None else {"lora_slots": lora_slots}
         if self.impl.mixer_families(model.config):
-            return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows,
-                                 mixer=mixer or self.make_mixer(model))
-        return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows)
+            extra["mixer"] = mixer or self.make_mixer(model)
+        return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows, **extra)
 
     def prefill(self, model: CausalLM, ids: Sequence[int], attention: AttentionBackend | None = None,
                 dtype: str = "float32") -> torch.Tensor:
@@ -392,10 +395,9 @@ class ModelConformance(BackendConformance):
         blocks = -(-len(ids) // self.block_size)
         base = self.prefill(model, ids)
         for slot, adapter in ((0, adapters[0]), (2, adapters[1])):
-            ours = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
-                                 metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                                 self.make_attention(model), torch.arange(len(ids)),
-                                 lora_slots=torch.full((len(ids),), slot))
+            ours = self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
             merged = self.prefill(self.make_model(weights=merged_weights(weights, adapter)), ids)
             assert (merged - base).abs().max().item() > 1e-2, "the adapter must change the logits"
             torch.testing.assert_close(ours, merged, atol=1e-4, rtol=0)
@@ -410,34 +412,35 @@ class ModelConformance(BackendConformance):
         slots = [0, -1, 2]
         count = -(-(length + 2) // bs)
         tables = [list(range(i * count, (i + 1) * count)) for i in range(3)]
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         caches = self.make_caches(model.config, 3 * count)
-        ids = torch.tensor([token for prompt in prompts for token in prompt])
+        ids = [token for prompt in prompts for token in prompt]
         row_slots = torch.tensor([slot for slot in slots for _ in range(length)])
         last = torch.tensor([length - 1, 2 * length - 1, 3 * length - 1])
-        batched = [model.forward(ids, torch.arange(length).repeat(3), caches,
-                                 metadata(tables, [0, 0, 0], [length] * 3, bs), attention, last, lora_slots=row_slots)]
+        batched = [self.run(model, ids, torch.arange(length).repeat(3), caches,
+                            metadata(tables, [0, 0, 0], [length] * 3, bs, [0, 1, 2]), last, attention, mixer,
+                            row_slots)]
         steps = [[prompt[0] for prompt in prompts], [prompt[1] for prompt in prompts]]
         for step, tokens in enumerate(steps):
-            batched.append(model.forward(torch.tensor(tokens), torch.full((3,), length + step), caches,
-                                         metadata(tables, [length + step] * 3, [1, 1, 1], bs), attention,
-                                         torch.arange(3), lora_slots=torch.tensor(slots)))
+            batched.append(self.run(model, tokens, torch.full((3,), length + step), caches,
+                                    metadata(tables, [length + step] * 3, [1, 1, 1], bs, [0, 1, 2]), torch.arange(3),
+                                    attention, mixer, torch.tensor(slots)))
         for row, (prompt, slot) in enumerate(zip(prompts, slots, strict=True)):
             single_caches = self.make_caches(model.config, count)
             table = [list(range(count))]
-            single = [model.forward(torch.tensor(prompt), torch.arange(length), single_caches,
-                                    metadata(table, [0], [length], bs), attention, torch.tensor([length - 1]),
-                                    lora_slots=torch.full((length,), slot))]
+            single = [self.run(model, prompt, torch.arange(length), single_caches,
+                               metadata(table, [0], [length], bs, [0]), torch.tensor([length - 1]), attention, mixer,
+                               torch.full((length,), slot))]
             for step, tokens in enumerate(steps):
-                single.append(model.forward(torch.tensor(tokens[row : row + 1]), torch.tensor([length + step]),
-                                            single_caches, metadata(table, [length + step], [1], bs), attention,
-                                            torch.tensor([0]), lora_slots=torch.tensor([slot])))
+                single.append(self.run(model, tokens[row : row + 1], torch.tensor([length + step]), single_caches,
+                                       metadata(table, [length + step], [1], bs, [0]), torch.tensor([0]),
+                                       attention, mixer, torch.tensor([slot])))
             for got, alone in zip(batched, single, strict=True):
                 torch.testing.assert_close(got[row : row + 1], alone, atol=1e-4, rtol=0)
         base = self.prefill(model, prompts[1])
-        all_base = model.forward(torch.tensor(prompts[1]), torch.arange(length), self.make_caches(model.config, count),
-                                 metadata([list(range(count))], [0], [length], bs), self.make_attention(model),
-                                 torch.arange(length), lora_slots=torch.full((length,), -1))
+        all_base = self.run(model, prompts[1], torch.arange(length), self.make_caches(model.config, count),
+                            metadata([list(range(count))], [0], [length], bs, [1]), torch.arange(length),
+                            lora_slots=torch.full((length,), -1))
         assert torch.equal(all_base, base)
 
     def test_lora_misuse_is_refused(self) -> None:
@@ -447,10 +450,9 @@ class ModelConformance(BackendConformance):
         blocks = -(-len(ids) // self.block_size)
 
         def run(slot: int, target: CausalLM = model) -> torch.Tensor:
-            return target.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(target.config, blocks),
-                                  metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                                  self.make_attention(target), torch.arange(len(ids)),
-                                  lora_slots=torch.full((len(ids),), slot))
+            return self.run(target, ids, torch.arange(len(ids)), self.make_caches(target.config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
 
         with pytest.raises(LoRAAdapterError, match="slot 1, which holds no adapter"):
             run(1)
@@ -465,6 +467,27 @@ class ModelConformance(BackendConformance):
             model.load_lora(3, adapters[0])
         with pytest.raises(LoRAAdapterError, match="not enabled"):
             run(0, self.make_model(weights=weights))
+
+    def test_a_model_without_adapters_refuses_them(self) -> None:
+        """An architecture with no ``lora_targets`` runs ``lora_slots`` of all -1 as the base model (bit for
+        bit) and refuses rows naming a slot, and ``enable_lora``, with ``LoRAAdapterError``."""
+        config = self.make_config()
+        if self.impl.lora_targets(config):
+            pytest.skip(f"{self.impl.__name__} serves LoRA adapters (the kit's other LoRA checks run)")
+        model = self.make_model()
+        ids = self.prompt(config)
+        blocks = -(-len(ids) // self.block_size)
+
+        def run(slot: int) -> torch.Tensor:
+            return self.run(model, ids, torch.arange(len(ids)), self.make_caches(config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
+
+        assert torch.equal(run(-1), self.prefill(model, ids))
+        with pytest.raises(LoRAAdapterError):
+            run(0)
+        with pytest.raises(LoRAAdapterError):
+            model.enable_lora(LoRASettings(max_loras=1, max_lora_rank=8))
 
     def test_matches_the_reference_implementation(self) -> None:
         config = self.make_config()

@@ -91,6 +91,19 @@ class OneAdapterPerStep(Declared):
                                lora_slots)
 
 
+class ServesNoneIgnoresSlots(Declared):
+    """Broken: declares no LoRA targets, yet runs rows naming a slot as the base model instead of refusing
+    them."""
+
+    @classmethod
+    def lora_targets(cls, config: ModelConfig) -> dict[str, tuple[int, int]]:
+        return {}
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None,
+                lora_slots=None):
+        return super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
+
+
 class ForgetsAKey(Declared):
     """Broken: does not write intermediate_size back to config.json."""
 
@@ -118,6 +131,11 @@ def _kit(impl: type) -> ModelConformance:
 def test_kit_catches_broken_architecture(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(_kit(impl), check)()
+
+
+def test_kit_catches_a_model_without_adapters_that_ignores_lora_slots() -> None:
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        _kit(ServesNoneIgnoresSlots).test_a_model_without_adapters_refuses_them()
 
 
 def test_kit_catches_a_config_that_does_not_round_trip() -> None:

@@ -11,6 +11,10 @@ declares, normalizes the rows asked for and projects them to float32 logits.
 The steps between the products are torch operations on the batch's rows; every product is
 :func:`pyagent_kernels.linear.linear` (row bits independent of the batch), so a sequence's logits do
 not depend on the sequences it is batched with beyond what its mixers guarantee.
+
+The hybrid families serve no LoRA adapters (the interface's defaults: no ``lora_targets``, adapters
+refused with :class:`~pyagent_core.errors.LoRAAdapterError`); their forward takes ``lora_slots`` of
+``None`` or all -1 only. Adapting their mixers' projections is issue 30's phase 2.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import attrs
 import gguf
 import torch
 
-from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.errors import LoRAAdapterError, ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
 from pyagent_core.interfaces.mixer import MixerBackend
 from pyagent_core.interfaces.model import (
@@ -352,13 +356,20 @@ class HybridLM(CausalLM):
         attention: AttentionBackend,
         logits_indices: torch.Tensor,
         threads: int | None = None,
+        lora_slots: torch.Tensor | None = None,
         mixer: MixerBackend | None = None,
     ) -> torch.Tensor:
-        """See :meth:`CausalLM.forward`."""
+        """See :meth:`CausalLM.forward`; ``lora_slots`` must be ``None`` or all -1 (no adapters served)."""
         tokens = input_ids.shape[0]
         if input_ids.dim() != 1 or positions.shape != (tokens,):
             raise ValueError(f"input_ids and positions must both be [num_tokens]; got {list(input_ids.shape)} and "
                              f"{list(positions.shape)}")
+        if lora_slots is not None:
+            named = sorted(set(lora_slots.flatten().tolist()) - {-1})
+            if named or lora_slots.shape != (tokens,):
+                raise LoRAAdapterError(f"lora_slots of shape {list(lora_slots.shape)} names slots {named[:8]}, but "
+                                       f"the {self.config.architecture} architecture serves no LoRA adapters; pass "
+                                       f"None (or {tokens} times -1) for the base model")
         if len(kv_caches) != self.config.num_layers:
             raise ValueError(f"kv_caches holds {len(kv_caches)} caches for a model of {self.config.num_layers} layers; "
                              "allocate them with cache_layout(config).allocate(...)")
