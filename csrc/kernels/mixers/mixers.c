@@ -7,23 +7,13 @@
 
 #include "pyagent/common.h"
 #include "pyagent/mixers.h"
+#include "common/lanes.h"
 #include "common/pool.h"
 #include "common/variant.h"
 
 #define PAK_LANES 16
 #define PAK_MAX_VALUE_DIM 4096 /* gated delta: m and d live on the stack */
 #define PAK_MLA_GROUP 8          /* latent attention: heads that share each read of a cached row */
-
-/* The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1). */
-static inline float pak_mix_sum_lanes(const float *lane)
-{
-    float half[8], quarter[4];
-    for (int j = 0; j < 8; ++j)
-        half[j] = lane[j] + lane[j + 8];
-    for (int j = 0; j < 4; ++j)
-        quarter[j] = half[j] + half[j + 4];
-    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
-}
 
 typedef struct {
     const float *x, *weight_t, *bias;

@@ -14,7 +14,7 @@ PAK_INLINE float PAK_V(dot)(const float *restrict a, const float *restrict b, in
             lane[j] += a[i + j] * b[i + j];
     for (int j = 0; i + j < n; ++j)
         lane[j] += a[i + j] * b[i + j];
-    return pak_mix_sum_lanes(lane);
+    return pak_sum_lanes(lane);
 }
 
 /* Every new token of sequence s through the convolution, channels side by side. */
