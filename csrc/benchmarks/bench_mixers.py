@@ -18,30 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from bench_attention import time_ms  # this folder's scripts share it
 
 import pyagent_kernels
 from pyagent_kernels.mixers import MixerBatch
 
 CONTEXT, PREFILLS = 511, (256, 1024)
-
-
-def time_ms(fn: Callable[[], object], repeat: int) -> float:
-    """Median wall time of ``repeat`` calls after one warm-up, in milliseconds."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def cpu() -> dict[str, str]:

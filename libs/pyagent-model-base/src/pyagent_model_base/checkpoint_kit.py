@@ -196,6 +196,24 @@ def stacked_experts(stored: Mapping[str, torch.Tensor], layer: int, experts: int
         for short in ("gate", "up", "down")}
 
 
+def mamba_gguf_tensor(name: str, values: np.ndarray, groups: int, norm: str) -> tuple[str, np.ndarray]:
+    """A Mamba2 mixer tensor as llama.cpp's converter writes it: ``dt_bias`` named ``dt_proj.bias``, the
+    convolution squeezed to ``[channels, width]``, ``A`` stored as ``-exp(A_log)`` and ``D`` as columns,
+    the gated norm (the weight whose name ends with ``norm``) split into ``groups`` rows; returns the
+    Hugging Face name the GGUF name map knows and the values (other tensors as they are)."""
+    if name.endswith(".dt_bias"):
+        name = name.removesuffix(".dt_bias") + ".dt_proj.bias"
+    if name.endswith("conv1d.weight"):
+        values = values.squeeze()
+    elif name.endswith(".A_log"):
+        values = -np.exp(values).reshape(-1, 1)
+    elif name.endswith(".D"):
+        values = values.reshape(-1, 1)
+    elif name.endswith(norm):
+        values = values.reshape(groups, -1)
+    return name, values
+
+
 def finish_gguf(writer: gguf.GGUFWriter, tensors: Mapping[str, np.ndarray]) -> None:
     """Add ``tensors`` (GGUF name -> float32 array) and write the file."""
     for name, values in tensors.items():

@@ -310,6 +310,16 @@ class HybridLM(CausalLM):
         return names
 
     @classmethod
+    def outer_shapes(cls, config: ModelConfig) -> dict[str, tuple[int, ...]]:
+        """The shapes of the weights around the layers, for a family's :meth:`weight_shapes`: the
+        embedding, the final norm and, unless tied to the embedding, the output head."""
+        head = (config.vocab_size, config.hidden_size)
+        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: head, cls.final_norm_name: (config.hidden_size,)}
+        if not config.tie_word_embeddings:
+            shapes["lm_head.weight"] = head
+        return shapes
+
+    @classmethod
     def gguf_tensor_names(cls, config: ModelConfig) -> dict[str, str]:
         """Every weight's GGUF name (:meth:`mapped_gguf_names`); a family whose converter transforms some
         adds their GGUF names (mapped to themselves) and restores them in :meth:`gguf_restore`."""

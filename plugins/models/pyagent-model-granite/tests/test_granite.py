@@ -13,7 +13,14 @@ import pytest
 from safetensors.torch import load_file
 
 from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
-from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
+from pyagent_model_base.checkpoint_kit import (
+    CheckpointKit,
+    finish_gguf,
+    gguf_name_map,
+    gguf_writer,
+    mamba_gguf_tensor,
+)
+from pyagent_model_base.lora.gguf_adapter import rope_rows
 from pyagent_model_granite.model import GraniteHybrid
 from pyagent_model_granite.plugin import GRANITE_HYBRID
 
@@ -51,12 +58,6 @@ class _GraniteHybridRope(TestGraniteHybrid):
 @pytest.mark.parametrize("check", VARIANT_CHECKS)
 def test_the_rope_variant(check: str) -> None:
     getattr(_GraniteHybridRope(), check)()
-
-
-def permute(weights: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's converter's q/k row order: per head, halves to interleaved pairs."""
-    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(
-        weights.shape)
 
 
 def write_granite_gguf(folder: Path, path: Path) -> None:
@@ -102,20 +103,11 @@ def write_granite_gguf(folder: Path, path: Path) -> None:
         if name.endswith("shared_mlp.output_linear.weight") and not experts:
             tensors[f"blk.{layer}.ffn_down.weight"] = values
             continue
-        if name.endswith(".dt_bias"):
-            name = name.removesuffix(".dt_bias") + ".dt_proj.bias"
-        if name.endswith("conv1d.weight"):
-            values = values.squeeze()
-        elif name.endswith((".A_log", ".D")):
-            values = values.reshape(-1, 1)
-        elif name.endswith("mamba.norm.weight"):
-            values = values.reshape(config["mamba_n_groups"], -1)
-        if name.endswith(".A_log"):
-            values = -np.exp(values)
+        name, values = mamba_gguf_tensor(name, values, config["mamba_n_groups"], "mamba.norm.weight")
         if name.endswith("q_proj.weight"):
-            values = permute(values, config["num_attention_heads"])
+            values = rope_rows(values, config["num_attention_heads"], to_gguf=True)
         elif name.endswith("k_proj.weight"):
-            values = permute(values, config["num_key_value_heads"])
+            values = rope_rows(values, config["num_key_value_heads"], to_gguf=True)
         tensors[names.get_name(name, try_suffixes=(".weight", ".bias"))] = values
     finish_gguf(writer, tensors)
 

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -17,7 +16,14 @@ from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.mixer import MixerContext
 from pyagent_core.testing.mixer import ReferenceMixer
 from pyagent_core.testing.model import ModelConformance, transformers_logits
-from pyagent_model_base.checkpoint_kit import CheckpointKit, GreedyHost, finish_gguf, gguf_name_map, gguf_writer
+from pyagent_model_base.checkpoint_kit import (
+    CheckpointKit,
+    GreedyHost,
+    finish_gguf,
+    gguf_name_map,
+    gguf_writer,
+    mamba_gguf_tensor,
+)
 from pyagent_model_mamba2.model import Mamba2
 from pyagent_model_mamba2.plugin import MAMBA2
 
@@ -57,18 +63,8 @@ def write_mamba2_gguf(folder: Path, path: Path, arch: str = "mamba2") -> None:
     tensors = {}
     for name, tensor in load_file(folder / "model.safetensors").items():
         values = tensor.float().numpy()
-        if name.endswith(".dt_bias"):
-            name = name.removesuffix(".dt_bias") + ".dt_proj.bias"
-        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        if name.endswith("conv1d.weight"):
-            values = values.squeeze()
-        elif name.endswith((".A_log", ".D")):
-            values = values.reshape(-1, 1)
-        elif name.endswith("mixer.norm.weight"):
-            values = values.reshape(config["n_groups"], -1)
-        if name.endswith(".A_log"):
-            values = -np.exp(values)
-        tensors[new] = values
+        name, values = mamba_gguf_tensor(name, values, config["n_groups"], "mixer.norm.weight")
+        tensors[names.get_name(name, try_suffixes=(".weight", ".bias"))] = values
     finish_gguf(writer, tensors)
 
 

@@ -31,6 +31,7 @@ import torch
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.cache import CacheLayout, LatentKV
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
+from pyagent_model_base.decoder import layer_prefix
 from pyagent_model_base.hybrid import (
     Block,
     FeedForward,
@@ -54,11 +55,6 @@ from pyagent_model_base.moe import (
 
 #: The epsilon of the query and key/value low-rank norms (transformers builds them with its default).
 LORA_NORM_EPS = 1e-6
-
-
-def layer_prefix(index: int) -> str:
-    """The Hugging Face name prefix of layer ``index``."""
-    return f"model.layers.{index}."
 
 
 def latent_attention_mix(q_a: Weight | None, q_a_norm: torch.Tensor | None, q_b: Weight, kv_a: Weight,
@@ -164,10 +160,7 @@ class DeepseekV3(HybridLM):
         hidden, heads, s = config.hidden_size, config.num_heads, config.settings
         nope, rope, v_dim, rank = s["qk_nope_head_dim"], s["qk_rope_head_dim"], s["v_head_dim"], s["kv_lora_rank"]
         q_rank = s.get("q_lora_rank")
-        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: (config.vocab_size, hidden),
-                                              cls.final_norm_name: (hidden,)}
-        if not config.tie_word_embeddings:
-            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        shapes = cls.outer_shapes(config)
         for i in range(config.num_layers):
             p, a, m = layer_prefix(i), layer_prefix(i) + "self_attn.", layer_prefix(i) + "mlp."
             shapes |= {p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),

@@ -29,6 +29,7 @@ from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
 from pyagent_kernels.linear import linear
+from pyagent_model_base.decoder import layer_prefix
 from pyagent_model_base.hybrid import (
     Block,
     FeedForward,
@@ -53,11 +54,6 @@ from pyagent_model_base.mamba import (
 from pyagent_model_base.moe import MoeWeights, Routing, moe_forward
 
 MAMBA, ATTENTION = "linear_attention", "full_attention"
-
-
-def layer_prefix(index: int) -> str:
-    """The Hugging Face name prefix of layer ``index``."""
-    return f"model.layers.{index}."
 
 
 class GraniteHybrid(HybridLM):
@@ -156,10 +152,7 @@ class GraniteHybrid(HybridLM):
         """The embedding, each layer's norms, mixer, experts and shared MLP, the final norm, the head."""
         hidden, dim, s = config.hidden_size, config.head_dim, config.settings
         experts, inter, shared = s["num_local_experts"], config.intermediate_size, s["shared_intermediate_size"]
-        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: (config.vocab_size, hidden),
-                                              cls.final_norm_name: (hidden,)}
-        if not config.tie_word_embeddings:
-            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        shapes = cls.outer_shapes(config)
         for i, kind in enumerate(s["layer_types"]):
             p = layer_prefix(i)
             shapes |= {p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),

@@ -27,6 +27,7 @@ import torch
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV, RecurrentState
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig
+from pyagent_model_base.decoder import layer_prefix
 from pyagent_model_base.hybrid import (
     Block,
     HybridLM,
@@ -41,11 +42,6 @@ from pyagent_model_base.hybrid import (
 from pyagent_model_base.layers import Rope, Weight, dense
 
 CONV, ATTENTION = "conv", "full_attention"
-
-
-def layer_prefix(index: int) -> str:
-    """The Hugging Face name prefix of layer ``index``."""
-    return f"model.layers.{index}."
 
 
 def feed_forward_width(data: Mapping[str, Any]) -> int:
@@ -148,10 +144,7 @@ class Lfm2(HybridLM):
         """The embedding, each layer's norms, mixer (convolution or attention) and feed-forward, the final norm."""
         hidden, inter, dim = config.hidden_size, config.intermediate_size, config.head_dim
         kernel, bias = config.settings["conv_L_cache"], config.settings["conv_bias"]
-        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: (config.vocab_size, hidden),
-                                              cls.final_norm_name: (hidden,)}
-        if not config.tie_word_embeddings:
-            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        shapes = cls.outer_shapes(config)
         for i, kind in enumerate(config.settings["layer_types"]):
             p = layer_prefix(i)
             shapes |= {p + "operator_norm.weight": (hidden,), p + "ffn_norm.weight": (hidden,),

@@ -105,10 +105,7 @@ class Mamba2(HybridLM):
     def weight_shapes(cls, config: ModelConfig) -> dict[str, tuple[int, ...]]:
         """The embedding, each layer's norm and mixer, the final norm and (untied) the head."""
         hidden, shape = config.hidden_size, cls.shape(config)
-        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: (config.vocab_size, hidden),
-                                              cls.final_norm_name: (hidden,)}
-        if not config.tie_word_embeddings:
-            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        shapes = cls.outer_shapes(config)
         for i in range(config.num_layers):
             shapes[f"backbone.layers.{i}.norm.weight"] = (hidden,)
             shapes |= shape.weight_shapes(mixer_prefix(i), config.settings["use_bias"],

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.interfaces.cache import CacheLayout, LayerCache, PagedKV, RecurrentState
 from pyagent_core.interfaces.model import ConfigKey, ModelConfig, ModelContext
+from pyagent_model_base.decoder import layer_prefix
 from pyagent_model_base.hybrid import (
     Block,
     FeedForward,
@@ -55,11 +56,6 @@ from pyagent_model_base.moe import (
 )
 
 LINEAR, FULL = "linear_attention", "full_attention"
-
-
-def layer_prefix(index: int) -> str:
-    """The Hugging Face name prefix of layer ``index``."""
-    return f"model.layers.{index}."
 
 
 def qkvz_order(key_heads: int, key_dim: int, value_heads: int, value_dim: int) -> torch.Tensor:
@@ -200,10 +196,7 @@ class Qwen3Next(HybridLM):
         hidden, dim, s = config.hidden_size, config.head_dim, config.settings
         key_heads, key_dim, value_heads, value_dim = cls.sizes(config)
         conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
-        shapes: dict[str, tuple[int, ...]] = {cls.embedding_name: (config.vocab_size, hidden),
-                                              cls.final_norm_name: (hidden,)}
-        if not config.tie_word_embeddings:
-            shapes["lm_head.weight"] = (config.vocab_size, hidden)
+        shapes = cls.outer_shapes(config)
         for i, kind in enumerate(s["layer_types"]):
             p = layer_prefix(i)
             shapes |= {p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,)}
