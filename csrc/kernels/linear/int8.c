@@ -65,75 +65,43 @@ static void i8_group_generic(int wtype, const uint8_t *group, int64_t in, const 
 #define I8V(name) PAK_V(name)
 #define I8_MR 8 /* the most input rows per tile */
 
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 #define PAK_VARIANT avx512vnni
 #define I8_WIDTH 512
 #define I8_VNNI 1
 #define I8_DPBUSD _mm512_dpbusd_epi32
 #define I8_DPWSSD _mm512_dpwssd_epi32
-#include "linear/int8_impl.h"
-#undef I8_DPWSSD
-#undef I8_DPBUSD
-#undef I8_VNNI
-#undef I8_WIDTH
-#undef PAK_VARIANT
-#pragma GCC pop_options
+#define I8_TARGET _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx512vnni\")")
+#include "linear/int8_variant.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
 #define PAK_VARIANT avx512
 #define I8_WIDTH 512
 #define I8_VNNI 0
-#include "linear/int8_impl.h"
-#undef I8_VNNI
-#undef I8_WIDTH
-#undef PAK_VARIANT
-#pragma GCC pop_options
+#define I8_TARGET _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl\")")
+#include "linear/int8_variant.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
 #define PAK_VARIANT avxvnni
 #define I8_WIDTH 256
 #define I8_VNNI 1
 #define I8_DPBUSD _mm256_dpbusd_avx_epi32
 #define I8_DPWSSD _mm256_dpwssd_avx_epi32
-#include "linear/int8_impl.h"
-#undef I8_DPWSSD
-#undef I8_DPBUSD
-#undef I8_VNNI
-#undef I8_WIDTH
-#undef PAK_VARIANT
-#pragma GCC pop_options
+#define I8_TARGET _Pragma("GCC target(\"avx2,fma,f16c,avxvnni\")")
+#include "linear/int8_variant.h"
 
-/* The AVX-VNNI code with AVX-512 VNNI's encoding of the same instruction on 256-bit vectors: what the
+/* The AVX-VNNI code with AVX-512 VNNI's encoding of the same instructions on 256-bit vectors: what the
  * avx2 variant runs on CPUs that have AVX-512 VNNI but not AVX-VNNI (AMD Zen 4), where tests force it. */
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni,prefer-vector-width=256")
 #define PAK_VARIANT vnni256
 #define I8_WIDTH 256
 #define I8_VNNI 1
 #define I8_DPBUSD _mm256_dpbusd_epi32
 #define I8_DPWSSD _mm256_dpwssd_epi32
-#include "linear/int8_impl.h"
-#undef I8_DPWSSD
-#undef I8_DPBUSD
-#undef I8_VNNI
-#undef I8_WIDTH
-#undef PAK_VARIANT
-#pragma GCC pop_options
+#define I8_TARGET _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512vl,avx512vnni,prefer-vector-width=256\")")
+#include "linear/int8_variant.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
 #define PAK_VARIANT avx2
 #define I8_WIDTH 256
 #define I8_VNNI 0
-#include "linear/int8_impl.h"
-#undef I8_VNNI
-#undef I8_WIDTH
-#undef PAK_VARIANT
-#pragma GCC pop_options
+#define I8_TARGET _Pragma("GCC target(\"avx2,fma,f16c\")")
+#include "linear/int8_variant.h"
 #endif /* PAK_X86_VARIANTS */
 
 /* ---------------------------------------------------------------------------------------------

@@ -366,15 +366,21 @@ PAK_INLINE void PAK_V(i8_tile_q6_k)(const uint8_t *group, int64_t nb, int half, 
 
 /* --- one group against every input row --------------------------------------------------------- */
 
-/* Input rows per tile for each format: as many as the registers hold (accumulators and sums per
- * row, the unpacked codes shared), at most I8_MR. */
+/* Input rows per tile (as many as the registers hold: accumulators and sums per row, the unpacked codes
+ * shared; at most I8_MR): for the 32-weight formats, Q4_K and Q5_K, and Q6_K. */
+#if I8_WIDTH == 512
+#define MR_32 8
+#define MR_K 4
+#define MR_Q6 6
+#else
+#define MR_32 4
+#define MR_K 2
+#define MR_Q6 2
+#endif
+
 PAK_INLINE int PAK_V(i8_tile_rows)(int wtype)
 {
-#if I8_WIDTH == 512
-    return wtype == I8_Q4_K || wtype == I8_Q5_K ? 4 : wtype == I8_Q6_K ? 6 : 8;
-#else
-    return wtype == I8_Q4_K || wtype == I8_Q5_K || wtype == I8_Q6_K ? 2 : 4;
-#endif
+    return wtype == I8_Q4_K || wtype == I8_Q5_K ? MR_K : wtype == I8_Q6_K ? MR_Q6 : MR_32;
 }
 
 #define I8_TILE_CASE(call, r, most)                                                                   \
@@ -414,29 +420,16 @@ static void PAK_V(i8_group)(int wtype, const uint8_t *group, int64_t in, const v
 #define Q8_0(r) PAK_V(i8_tile_q8_0)(group, nb, half, r, a32, y)
 #define Q45_K(r) PAK_V(i8_tile_q45_k)(wtype, group, nb, half, r, a256, y)
 #define Q6_K(r) PAK_V(i8_tile_q6_k)(group, nb, half, r, a256, y)
-#if I8_WIDTH == 512
             switch (wtype) {
-            case I8_Q4_0: I8_TILE_SWITCH(NIBBLES, mr, 8) break;
-            case I8_Q4_1: I8_TILE_SWITCH(NIBBLES, mr, 8) break;
-            case I8_Q5_0: I8_TILE_SWITCH(NIBBLES, mr, 8) break;
-            case I8_Q5_1: I8_TILE_SWITCH(NIBBLES, mr, 8) break;
-            case I8_Q8_0: I8_TILE_SWITCH(Q8_0, mr, 8) break;
+            case I8_Q4_0:
+            case I8_Q4_1:
+            case I8_Q5_0:
+            case I8_Q5_1: I8_TILE_SWITCH(NIBBLES, mr, MR_32) break;
+            case I8_Q8_0: I8_TILE_SWITCH(Q8_0, mr, MR_32) break;
             case I8_Q4_K:
-            case I8_Q5_K: I8_TILE_SWITCH(Q45_K, mr, 4) break;
-            default: I8_TILE_SWITCH(Q6_K, mr, 6) break;
+            case I8_Q5_K: I8_TILE_SWITCH(Q45_K, mr, MR_K) break;
+            default: I8_TILE_SWITCH(Q6_K, mr, MR_Q6) break;
             }
-#else
-            switch (wtype) {
-            case I8_Q4_0: I8_TILE_SWITCH(NIBBLES, mr, 4) break;
-            case I8_Q4_1: I8_TILE_SWITCH(NIBBLES, mr, 4) break;
-            case I8_Q5_0: I8_TILE_SWITCH(NIBBLES, mr, 4) break;
-            case I8_Q5_1: I8_TILE_SWITCH(NIBBLES, mr, 4) break;
-            case I8_Q8_0: I8_TILE_SWITCH(Q8_0, mr, 4) break;
-            case I8_Q4_K:
-            case I8_Q5_K: I8_TILE_SWITCH(Q45_K, mr, 2) break;
-            default: I8_TILE_SWITCH(Q6_K, mr, 2) break;
-            }
-#endif
 #undef NIBBLES
 #undef Q8_0
 #undef Q45_K
@@ -723,3 +716,6 @@ static void PAK_V(i8_group_tiles)(int wtype, const uint8_t *group, int64_t in, c
 #undef Q8_OFFSET
 #undef I8_TILE_CASE
 #undef I8_TILE_SWITCH
+#undef MR_32
+#undef MR_K
+#undef MR_Q6

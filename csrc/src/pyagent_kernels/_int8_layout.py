@@ -8,6 +8,9 @@ into the integers and float16 scales the int8 product multiplies (the torch fall
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import threading
 from typing import NamedTuple
 
 import torch
@@ -58,6 +61,57 @@ def _with_high_bits(per_block: torch.Tensor, fmt: str, target: list[int]) -> tor
     return changed
 
 
+#: Linux's transparent huge pages: 2 MiB.
+HUGE_PAGE = 2 << 20
+#: Interleaved matrices smaller than this share regions of this many bytes (see :func:`huge_page_tensor`).
+ARENA_BYTES = 32 << 20
+
+
+class _Arena:
+    """Regions of memory Linux may back with 2 MiB pages, handed out in 64-byte aligned slices; a
+    region lives as long as a tensor uses it (each slice's tensor holds its region)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.region: mmap.mmap | None = None
+        self.start = self.used = self.size = 0
+
+    @staticmethod
+    def _map(nbytes: int) -> tuple[mmap.mmap, int]:
+        """A fresh region holding ``nbytes`` from a 2 MiB boundary, advised to use huge pages."""
+        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        start = -ctypes.addressof(ctypes.c_char.from_buffer(region)) % HUGE_PAGE
+        region.madvise(mmap.MADV_HUGEPAGE, start, nbytes // mmap.PAGESIZE * mmap.PAGESIZE)
+        return region, start
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        if nbytes >= ARENA_BYTES:
+            region, start = self._map(nbytes)
+            return torch.frombuffer(region, dtype=torch.uint8, count=nbytes, offset=start)
+        with self.lock:
+            if self.region is None or self.used + nbytes > self.size:
+                self.region, self.start = self._map(ARENA_BYTES)
+                self.used, self.size = 0, ARENA_BYTES
+            offset = self.start + self.used
+            self.used += -(-nbytes // 64) * 64
+            return torch.frombuffer(self.region, dtype=torch.uint8, count=nbytes, offset=offset)
+
+
+_ARENA = _Arena()
+
+
+def huge_page_tensor(nbytes: int) -> torch.Tensor:
+    """``uint8 [nbytes]`` uninitialised, in memory Linux may back with 2 MiB pages (``MADV_HUGEPAGE``:
+    transparent huge pages in "madvise" or "always" mode), smaller matrices sharing 32 MiB regions in
+    the order they come (a model's, layer by layer). A decode step streams every matrix once, and with
+    4 KiB pages each page costs a TLB miss and restarts the hardware prefetcher: a 17 MB interleaved
+    matrix streamed 8 to 55% faster (thread CPU time, on this project's AMD EPYC host). Plain memory
+    where ``madvise`` is missing."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return torch.empty(nbytes, dtype=torch.uint8)
+    return _ARENA.take(nbytes)
+
+
 def group_bytes(fmt: str, in_features: int) -> int:
     """Bytes of one group of :data:`GROUP_ROWS` rows of ``in_features`` weights: 16 GGUF rows."""
     _, weights, block = GGUF_BLOCKS[fmt]
@@ -65,8 +119,8 @@ def group_bytes(fmt: str, in_features: int) -> int:
 
 
 def interleave(blocks: torch.Tensor, fmt: str) -> torch.Tensor:
-    """GGUF rows ``uint8 [rows, row bytes]`` as groups ``uint8 [ceil(rows / 16), group bytes]``; the
-    last group is padded with rows of zero bytes (weights 0)."""
+    """GGUF rows ``uint8 [rows, row bytes]`` as groups ``uint8 [ceil(rows / 16), group bytes]`` (in
+    :func:`huge_page_tensor` memory); the last group is padded with rows of zero bytes (weights 0)."""
     rows, row_bytes = blocks.shape
     block = GGUF_BLOCKS[fmt][2]
     groups = -(-rows // GROUP_ROWS)
@@ -79,7 +133,8 @@ def interleave(blocks: torch.Tensor, fmt: str) -> torch.Tensor:
         width = 4 if size % 4 == 0 else 2
         field = per_block[..., offset : offset + size].reshape(groups, GROUP_ROWS, nb, size // width, width)
         sections.append(field.permute(0, 2, 3, 1, 4).reshape(groups, -1))
-    return torch.cat(sections, dim=1).contiguous()
+    out = huge_page_tensor(groups * group_bytes(fmt, nb * GGUF_BLOCKS[fmt][1])).view(groups, -1)
+    return torch.cat(sections, dim=1, out=out)
 
 
 def deinterleave(groups: torch.Tensor, fmt: str, rows: int) -> torch.Tensor:

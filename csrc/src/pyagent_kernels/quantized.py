@@ -1,16 +1,26 @@
 """Weight matrices kept in a GGUF block-quantized format, for :func:`pyagent_kernels.linear.linear`.
 
 A :class:`QuantizedWeight` holds a llama.cpp tensor in its block format (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 5 to 10 bits per weight rather than 16 or
-32, so a memory-bound decode step reads 1.6 to 6 times fewer bytes. The kernel reads blocks of 32
-weights with float32 scales (the layouts of ``include/pyagent/linear.h``): a GGUF file's 32-weight
-blocks have their float16 scales widened (exact), and the K-quants' super-blocks of 256 weights are
-split into 32-weight blocks with each sub-block's scale and minimum multiplied out (exact too: the
-products of a float16 and a 6- or 8-bit integer fit float32's 24 bits). Q4_K becomes Q4_1 blocks,
-Q5_K Q5_1 blocks, and Q6_K signed-byte blocks with a scale per 16 weights. The linear kernel decodes
-them as it goes into exactly the float32 values that the ``gguf`` package's dequantization gives
-(bfloat16: those values rounded to nearest), so a product with a quantized weight has the bits of
-the same product with :meth:`QuantizedWeight.dequantize`'s matrix.
+Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 4.5 to 8.5 bits per weight rather than 16
+or 32, so a memory-bound decode step reads 2 to 7 times fewer bytes. Built from a GGUF file
+(:meth:`QuantizedWeight.from_gguf`), it keeps the file's blocks, and each precision of the linear
+kernel reads its own layout of them, built when first used:
+
+- "int8" (:meth:`QuantizedWeight.int8_parts`): the blocks themselves, interleaved 16 rows at a time
+  (``include/pyagent/linear_int8.h``): the file's bytes, no more.
+- "exact" (:attr:`QuantizedWeight.packed`): blocks of 32 weights with float32 scales (the layouts of
+  ``include/pyagent/linear.h``): a GGUF file's 32-weight blocks have their float16 scales widened
+  (exact), and the K-quants' super-blocks of 256 weights are split into 32-weight blocks with each
+  sub-block's scale and minimum multiplied out (exact too: the products of a float16 and a 6- or
+  8-bit integer fit float32's 24 bits). Q4_K becomes Q4_1 blocks, Q5_K Q5_1 blocks, and Q6_K
+  signed-byte blocks with a scale per 16 weights. The linear kernel decodes them as it goes into
+  exactly the float32 values that the ``gguf`` package's dequantization gives (bfloat16: those values
+  rounded to nearest), so a product with a quantized weight has the bits of the same product with
+  :meth:`QuantizedWeight.dequantize`'s matrix.
+
+A weight stacked from parts of different formats (:meth:`QuantizedWeight.cat`: a Q4_K_M file's
+Q5_0 query and key with its Q8_0 value projection) keeps each part's blocks for the int8 product;
+its exact layout is the smallest that holds every part exactly, if there is one.
 """
 
 from __future__ import annotations
