@@ -7,10 +7,14 @@ by import; a plugin or library imports only the pyagent distributions its pyproj
 never a plugin. The contracts are written from the
 pyprojects on disk, so a new plugin is covered the day it is added and a dependency that is not
 declared is an import error here.
+
+Inside the engine, a layers contract (:data:`ENGINE_LAYERS`) keeps the subpackages acyclic, type-checking
+imports included; docs/architecture.md shows the same layers and is checked against the tree here.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -56,7 +60,7 @@ def contracts() -> str:
     sections = [
         forbidden("core-imports-no-other-distribution", CORE, EVERYTHING - {CORE}),
         # torch only in the conformance kit, and inside the interfaces' tensor helpers (functions that
-        # are handed tensors, so torch is there); tests/test_fresh_install.py imports the rest without it
+        # are handed tensors, so torch is there); tests/test_wheels.py imports the rest without it
         forbidden("core-imports-torch-only-in-its-kit-and-tensor-helpers", CORE, {"torch", "numpy"},
                   "ignore_imports =\n    pyagent_core.testing.** -> torch\n"
                   "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch"),
@@ -73,6 +77,45 @@ def contracts() -> str:
     return header + "\n" + "\n".join(sections)
 
 
+ENGINE_LAYERS = (
+    "plugin",
+    "cli | testing",
+    "server | benchmarks",
+    "api | kvsim | metrics",
+    "core",
+    "spec",
+    "sampling | structured | scheduling",
+    "kv | models",
+    "requests",
+)
+"""The engine's subpackages, top to bottom: a layer imports only the layers below it, and the packages of
+one layer (``|``) never import each other."""
+
+
+def engine_layers() -> str:
+    """The import-linter configuration of the layers contract inside the engine.
+
+    Unlike the contracts between distributions, imports made for type checkers count here: a cycle
+    between annotations is a cycle in what a reader must hold in mind. The contract is exhaustive, so
+    a new subpackage fails until it is given a layer.
+    """
+    layers = "\n    ".join(ENGINE_LAYERS)
+    return (f"[importlinter]\nroot_packages =\n    {ENGINE}\nexclude_type_checking_imports = False\n\n"
+            f"[importlinter:contract:engine-layers]\nname = engine-layers\ntype = layers\n"
+            f"containers =\n    {ENGINE}\nexhaustive = True\nlayers =\n    {layers}\n")
+
+
+def run_lint_imports(config_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on ``config_text`` (skips when import-linter is not installed)."""
+    config = tmp_path / "importlinter.ini"
+    config.write_text(config_text, encoding="utf-8")
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.exists():
+        pytest.skip("import-linter is not installed (it is in requirements-dev.txt)")
+    return subprocess.run([str(lint), "--no-cache", "--no-logo", str(config)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
 def test_every_distribution_of_the_repository_is_covered():
     assert len(PLUGINS) >= 17 and INTEGRATIONS
     on_disk = {p.name for p in ROOT.glob("plugins/*/*/src/*") if p.is_dir() and not p.name.endswith(".egg-info")}
@@ -80,11 +123,78 @@ def test_every_distribution_of_the_repository_is_covered():
 
 
 def test_import_contracts_hold(tmp_path):
-    config = tmp_path / "importlinter.ini"
-    config.write_text(contracts(), encoding="utf-8")
-    lint = Path(sys.executable).with_name("lint-imports")
-    if not lint.exists():
-        pytest.skip("import-linter is not installed (it is in requirements-dev.txt)")
-    result = subprocess.run([str(lint), "--no-cache", "--no-logo", str(config)], capture_output=True, text=True,
-                            cwd=ROOT, timeout=600)
+    result = run_lint_imports(contracts(), tmp_path)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_engine_layers_hold(tmp_path):
+    result = run_lint_imports(engine_layers(), tmp_path)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ENGINE_SRC = ROOT / "engine" / "src" / ENGINE
+
+
+def engine_subpackages() -> set[str]:
+    """The engine's subpackages on disk (folders with an ``__init__.py``)."""
+    return {p.parent.name for p in ENGINE_SRC.glob("*/__init__.py")}
+
+
+def distribution_folders() -> set[Path]:
+    """Every folder of the repository, up to ``plugins/<kind>/<dist>``, holding a pyproject.toml (the root's
+    is the core's); hidden folders (virtual environments) are left out."""
+    found = (p for depth in range(4) for p in ROOT.glob("/".join(["*"] * depth + ["pyproject.toml"])))
+    return {p.parent for p in found if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)}
+
+
+def doc_names() -> list[str]:
+    """Every inline code span of docs/architecture.md."""
+    return re.findall(r"`([^`\n]+)`", ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def engine_name_exists(name: str) -> bool:
+    """Whether ``pyagent_engine.a.b`` is a module of the engine, or ``pyagent_engine.a.b.C`` a name defined in one."""
+    parts = name.split(".")[1:]
+    for module, attribute in ((parts, None), (parts[:-1], parts[-1])):
+        path = ENGINE_SRC.joinpath(*module)
+        source = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        if source.exists() and (attribute is None
+                                or re.search(rf"^(class|def) {attribute}\b|^{attribute} =", source.read_text(), re.M)):
+            return True
+    return False
+
+
+def test_architecture_doc_names_every_distribution_and_engine_subpackage():
+    names = set(doc_names())
+    unnamed = []
+    for folder in sorted(distribution_folders()):
+        dist = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+        if dist not in names:
+            unnamed.append(f"distribution {dist} ({folder.relative_to(ROOT)})")
+        if folder.parent.parent.name == "plugins" and f"plugins/{folder.parent.name}/" not in names:
+            unnamed.append(f"plugin folder plugins/{folder.parent.name}/")
+    unnamed += [f"engine subpackage {ENGINE}.{sub}" for sub in sorted(engine_subpackages())
+                if f"{ENGINE}.{sub}" not in names]
+    assert not unnamed, "docs/architecture.md does not name: " + ", ".join(unnamed)
+
+
+def test_everything_the_architecture_doc_names_exists():
+    dists = {tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+             for folder in distribution_folders()}
+    missing = []
+    for name in doc_names():
+        if re.fullmatch(r"pyagent-[a-z0-9-]+", name) and name not in dists:
+            missing.append(f"distribution {name}")
+        elif re.fullmatch(r"(plugins|libs|integrations|engine|csrc|tests|docs)/[\w./-]*", name) and "<" not in name:
+            if not (ROOT / name).exists():
+                missing.append(f"path {name}")
+        elif name.startswith(f"{ENGINE}.") and not engine_name_exists(name):
+            missing.append(f"module {name}")
+    assert not missing, "docs/architecture.md names what is not in the tree: " + ", ".join(missing)
+
+
+def test_architecture_doc_shows_the_engine_layers_of_the_contract():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```\n(.*?)^```", text, re.S | re.M)
+    assert "\n".join(ENGINE_LAYERS) + "\n" in blocks, "docs/architecture.md shows other layers than ENGINE_LAYERS"

@@ -16,8 +16,8 @@ from pyagent_engine.benchmarks.scheduling import (
     step_demand,
     synthetic_workload,
 )
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
 
 
 def test_jain_index_spans_one_over_n_to_one():

@@ -14,7 +14,7 @@ Prefix caches evict leaves first: a block whose longer-prefix children are still
 victim. A pool keeps every evictable block in the policy (so recency and frequency stay intact) and,
 when :meth:`EvictionPolicy.evict` returns a block that still has cached children, sets it aside and
 evicts again; the set-aside block goes first once its last child is gone
-(:class:`pyagent_engine.prefix_index.PrefixIndex`, which the engine and ``pyagent bench kvcache`` share,
+(:class:`pyagent_engine.kv.prefix_index.PrefixIndex`, which the engine and ``pyagent bench kvcache`` share,
 does this).
 
 A policy is built as ``cls(options, context)``: its validated options and an :class:`EvictionContext`

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.requests.params import SamplingParams
 
 __version__ = "0.2.0"
 __all__ = ["LLM", "SamplingParams", "__version__"]
@@ -24,11 +24,11 @@ __all__ = ["LLM", "SamplingParams", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "LLM":
-        from pyagent_engine.llm import LLM
+        from pyagent_engine.api.llm import LLM
 
         return LLM
     if name == "SamplingParams":
-        from pyagent_engine.params import SamplingParams
+        from pyagent_engine.requests.params import SamplingParams
 
         return SamplingParams
     raise AttributeError(f"module 'pyagent_engine' has no attribute {name!r}")

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pyagent_engine.engine import EngineConfig
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.models.embedded import find_embedded_gguf
 
 PROMPTS = (

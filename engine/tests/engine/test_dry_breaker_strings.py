@@ -10,9 +10,9 @@ import torch
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.registry import get_registry
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerChain
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerChain
 
 VOCAB = [b"a", b"b", b"\n", b"c", b"<eos>"]
 A, B, NEWLINE, C = 0, 1, 2, 3

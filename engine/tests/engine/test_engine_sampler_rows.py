@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyagent_core.interfaces.sampler import RequestRows
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerRows
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerRows
 
 POOL = [Request(f"r{i}", [i], SamplingParams(seed=i)) for i in range(12)]
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyagent_engine.block_pool import BlockPool
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.scheduler import Scheduler
+from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.scheduling.scheduler import Scheduler
 
 
 def simulate(scheduler: Scheduler, requests: list[Request], max_steps: int = 10_000) -> list[dict]:

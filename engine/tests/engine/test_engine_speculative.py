@@ -9,11 +9,12 @@ from collections.abc import Sequence
 import pytest
 
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_engine.api.llm import LLM
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
-from pyagent_engine.engine import Engine
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.speculative import DraftWarning, SpeculativeConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.spec.decoder import DraftWarning
 
 SPECBENCH = SHARED_DATA / "specbench" / "question.jsonl"
 CATEGORIES = ("summarization", "coding")

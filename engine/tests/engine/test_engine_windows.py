@@ -21,14 +21,16 @@ from pyagent_core.errors import BackendUnavailableError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.registry import Registry
 from pyagent_core.types import AttentionSpec
-from pyagent_engine import runner
-from pyagent_engine.attention_choice import AttentionFallbackWarning
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core import runner
+from pyagent_engine.core.attention_choice import AttentionFallbackWarning
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.models.loader import LoadedModel
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.speculative import SpeculativeConfig, tree_mask
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.spec.tree import tree_mask
 
 WINDOW = 32
 SOFT_CAP = 20.0

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyagent_engine.isolation import run_isolated
+from pyagent_engine.requests.isolation import run_isolated
 
 
 class Stage:

@@ -21,15 +21,16 @@ from hypothesis import strategies as st
 from pyagent_core.errors import ConfigError, RequestError
 from pyagent_core.interfaces.grammar import ConstraintSpec
 from pyagent_core.registry import Registry
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
-from pyagent_engine.logprob_scoring import token_logprobs
-from pyagent_engine.logprobs import TokenLogprob
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.models.embedded import find_embedded_gguf
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.speculative import SpeculativeConfig
-from pyagent_engine.structured.params import StructuredOutputParams
+from pyagent_engine.requests.logprobs import TokenLogprob
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.requests.structured_params import StructuredOutputParams
+from pyagent_engine.sampling.logprob_scoring import token_logprobs
+from pyagent_engine.spec.config import SpeculativeConfig
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # transformers must never reach for the hub
 

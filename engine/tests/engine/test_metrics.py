@@ -12,12 +12,13 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.metrics import prometheus
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import RequestOutput
-from pyagent_engine.speculative import SpeculativeConfig
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import RequestOutput
+from pyagent_engine.spec.config import SpeculativeConfig
 
 SYSTEM = ("You are a careful assistant for a public library. Answer in one short sentence, name your source "
           "when you know it, and say so plainly when you do not know the answer.")

@@ -9,8 +9,9 @@ import pytest
 from pyagent_core import hookimpl
 from pyagent_core.registry import get_registry
 from pyagent_engine.cli.generate import _record
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.params import SamplingParams
 
 SYSTEM = ("You are the help desk of a small town library. Answer in one short sentence and never invent "
           "opening hours, fees or rules that you were not told about.")

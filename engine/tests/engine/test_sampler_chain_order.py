@@ -17,9 +17,9 @@ from pyagent_core.errors import (
 from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import SamplerSpec
 from pyagent_engine.cli.sampler_flags import SAMPLER_FLAGS
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerChain, default_processor_order, parse_sampler_order
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerChain, default_processor_order, parse_sampler_order
 
 VOCAB = 300
 # The default chain that sampling.py hard-coded before the stages were declared in the specs.

@@ -17,12 +17,13 @@ from pyagent_core.errors import ConfigError, RequestError, UnknownBackendError
 from pyagent_core.interfaces.scheduler import RequestView, SchedulerContext, SchedulerState, SchedulingPolicy
 from pyagent_core.kinds import SCHEDULER
 from pyagent_core.registry import get_registry
-from pyagent_engine.block_pool import BlockPool
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.scheduler import Scheduler
-from pyagent_engine.scheduling import GuardedPolicy, build_scheduling_policy
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.scheduling.policy import GuardedPolicy, build_scheduling_policy
+from pyagent_engine.scheduling.scheduler import Scheduler
 
 from .test_engine_scheduler import simulate
 

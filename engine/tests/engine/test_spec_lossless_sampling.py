@@ -32,12 +32,14 @@ import pytest
 import torch
 
 from pyagent_core.interfaces.proposer import ROOT, DraftTree, ProposerRequest
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerChain
-from pyagent_engine.speculative import SpeculativeConfig, SpeculativeDecoder
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.spec.decoder import SpeculativeDecoder
 
 CHAIN_PROMPT = "a b c d e f g a b c d e f g a b c"
 """17 tokens (one full KV block is shared through the prefix cache)."""

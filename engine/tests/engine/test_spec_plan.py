@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_core.interfaces.proposer import DraftTree
-from pyagent_engine.speculative import DraftController
-from pyagent_engine.speculative_plan import Candidate, StepCosts, choose_nodes
+from pyagent_engine.spec.controller import DraftController
+from pyagent_engine.spec.plan import Candidate, StepCosts, choose_nodes
 
 
 def test_step_costs_use_measurements_then_interpolate_then_extrapolate() -> None:

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import pytest
 
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
-from pyagent_engine.engine import Engine, EngineConfig
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.speculative import SpeculativeConfig
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.spec.config import SpeculativeConfig
 
 MAX_TOKENS = 40
 CONFIG = EngineConfig(block_size=16)

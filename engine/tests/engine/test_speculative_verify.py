@@ -14,17 +14,13 @@ from pyagent_core.errors import ConfigError
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_core.kinds import ATTENTION
 from pyagent_core.registry import Registry, get_registry
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerChain
-from pyagent_engine.speculative import (
-    DraftController,
-    DraftWarning,
-    SpecStats,
-    SpeculativeConfig,
-    SpeculativeDecoder,
-    tree_mask,
-)
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.spec.controller import DraftController
+from pyagent_engine.spec.decoder import DraftWarning, SpecStats, SpeculativeDecoder
+from pyagent_engine.spec.tree import tree_mask
 
 VOCAB = 5
 MAX_MODEL_LEN = 100

@@ -32,11 +32,11 @@ from pyagent_core.interfaces.sampler import (
 from pyagent_core.registry import Registry, get_registry
 from pyagent_core.testing.sampler import SamplerConformance
 from pyagent_core.types import SamplerSpec
-from pyagent_engine import fused_mask
-from pyagent_engine.fused_mask import fused_runs
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request
-from pyagent_engine.sampling import SamplerChain
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling import fused_mask
+from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.fused_mask import fused_runs
 
 VOCAB = 500
 

@@ -14,10 +14,10 @@ import torch
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.kv.cache_tensors import allocate_kv_caches
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.gguf_file import read_gguf
-from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_model_base.decoder import DecoderLM
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # transformers must never reach for the hub

@@ -15,9 +15,9 @@ from gguf.quants import dequantize
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.kv.cache_tensors import allocate_kv_caches
 from pyagent_engine.models.checkpoint import read_checkpoint, write_checkpoint
 from pyagent_engine.models.gguf_file import read_gguf, supported_block_types
-from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_engine.models.loader import load_model
 from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 

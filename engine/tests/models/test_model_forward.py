@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_engine.kv.cache_tensors import allocate_kv_caches
 from pyagent_engine.models.checkpoint import Checkpoint
-from pyagent_engine.models.kv_cache import allocate_kv_caches
 from pyagent_kernels.quantized import QuantizedWeight
 from pyagent_model_base.decoder import DecoderLM
 from pyagent_model_base.step_plan import REUSED_STEP_TOKENS

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from pyagent_engine.llm import LLM
+from pyagent_engine.api.llm import LLM
 from pyagent_engine.models.embedded import find_embedded_gguf
 
 API_KEY = "test-key"

@@ -8,8 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.requests.params import SamplingParams
 
 from .conftest import MODEL, Server
 

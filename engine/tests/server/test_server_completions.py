@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.requests.params import SamplingParams
 
 from .conftest import API_KEY, MODEL, Server
 

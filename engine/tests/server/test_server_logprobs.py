@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx2
 
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.requests.params import SamplingParams
 
 from .conftest import API_KEY, MODEL, Server
 from .test_server_chat import HELLO

@@ -16,7 +16,7 @@ from pyagent_core.registry import Registry
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
 
 _DOUBLES_PATH = Path(__file__).with_name("grammar_doubles.py")
 SCHEMAS = SHARED_DATA / "jsonschemabench"
@@ -49,7 +49,7 @@ def registry(doubles: ModuleType) -> Registry:
 @pytest.fixture(scope="session")
 def llm(registry: Registry) -> Iterator[LLM]:
     """The embedded model with the installed plugins plus the grammar doubles (shared by the session)."""
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.models.embedded import find_embedded_gguf
     from pyagent_engine.structured.orchestrator import StructuredConfig
 

@@ -19,9 +19,9 @@ from pyagent_core.interfaces.grammar import WHITESPACE_MODES, ConstraintSpec, al
 from pyagent_engine.benchmarks.grammar_e2e import prompt_for
 from pyagent_engine.benchmarks.schema_corpus import load_cases
 from pyagent_engine.models.embedded import find_embedded_gguf
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request, RequestOutput
-from pyagent_engine.structured.params import StructuredOutputParams
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request, RequestOutput
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.structured.runtime import only_allowed
 
 from .conftest import SCHEMAS

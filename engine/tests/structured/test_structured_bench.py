@@ -7,7 +7,7 @@ import pytest
 from pyagent_core.interfaces.grammar import WHITESPACE_MODES
 from pyagent_engine.benchmarks.grammar_e2e import GrammarBenchSettings, judge, run_grammar_benchmark
 from pyagent_engine.benchmarks.schema_corpus import SchemaCase
-from pyagent_engine.request import RequestOutput
+from pyagent_engine.requests.request import RequestOutput
 
 CASE = SchemaCase("person", {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]},
                   valid=({"age": 3},), invalid=())

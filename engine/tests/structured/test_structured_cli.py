@@ -91,7 +91,7 @@ def test_summary_names_the_keywords_no_backend_enforced():
     from types import SimpleNamespace
 
     from pyagent_engine.cli.constraints import grammar_notes
-    from pyagent_engine.structured.report import Skip, StructuredReport
+    from pyagent_engine.requests.structured_report import Skip, StructuredReport
 
     report = StructuredReport("auto", "xgrammar", (Skip("guidance", "compile failed"),), unenforced=("uniqueItems",))
     note = grammar_notes([SimpleNamespace(structured=report)])

@@ -14,10 +14,10 @@ import torch
 
 from pyagent_core.interfaces.grammar import ConstraintSpec, allowed_tokens
 from pyagent_engine.models.embedded import find_embedded_gguf
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import Request, RequestOutput
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import Request, RequestOutput
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.structured.orchestrator import ORDER_ENV
-from pyagent_engine.structured.params import StructuredOutputParams
 
 from .conftest import SCHEMAS
 
@@ -210,8 +210,8 @@ def test_masks_touch_constrained_rows_only(llm):
 def test_speculation_serves_constrained_and_drafted_requests_in_one_batch(llm, registry):
     """A constrained request gets no drafts and keeps its mask; the other request beside it is drafted
     for and still generates what it generates without speculation."""
-    from pyagent_engine.engine import Engine
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.core.engine import Engine
+    from pyagent_engine.spec.config import SpeculativeConfig
 
     copy_prompt = llm.encode("Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat", chat=True)[0]
     choice_prompt = llm.encode("What is the capital of France?", chat=True)[0]

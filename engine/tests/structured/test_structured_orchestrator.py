@@ -17,8 +17,8 @@ from pyagent_core.errors import (
 )
 from pyagent_core.interfaces.grammar import ConstraintSpec, allocate_bitmask, allowed_tokens
 from pyagent_core.testing.grammar import GrammarConformance, greedy_tokenize, kit_tokenizer_info
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.structured.orchestrator import ORDER_ENV, GrammarOrchestrator, StructuredConfig
-from pyagent_engine.structured.params import StructuredOutputParams
 
 CHOICE = ConstraintSpec(choice=["yes", "no", "maybe so"])
 

@@ -87,7 +87,7 @@ def vllm_llm(model_dir: Path, make_vllm: Callable[..., Any]) -> Any:
 @pytest.fixture(scope="session")
 def pyagent_llm(model_dir: Path) -> Iterator[Any]:
     """pyagent's own engine on the same folder (its default chain: every installed processor)."""
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
 
     llm = LLM(str(model_dir))
     yield llm

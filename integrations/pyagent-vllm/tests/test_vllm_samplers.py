@@ -35,7 +35,7 @@ def run_vllm(llm: Any, requests: list[Request]) -> list[list[int]]:
 
 
 def run_pyagent(llm: Any, requests: list[Request]) -> list[list[int]]:
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     params = [SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=ignore, extra=extra)
               for _, extra, ignore in requests]

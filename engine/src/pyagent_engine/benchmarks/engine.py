@@ -54,8 +54,8 @@ DTYPES = ("bfloat16", "float32")
 
 
 def default_dtype() -> str:
-    """pyagent's default dtype: the default of :class:`~pyagent_engine.llm.LLM`'s ``dtype``."""
-    from pyagent_engine.llm import LLM
+    """pyagent's default dtype: the default of :class:`~pyagent_engine.api.llm.LLM`'s ``dtype``."""
+    from pyagent_engine.api.llm import LLM
 
     return str(inspect.signature(LLM).parameters["dtype"].default)
 
@@ -123,7 +123,7 @@ def _single_stream(engine: str, dtype: str, prompts: Sequence[list[int]],
 
 
 def _pyagent_single(llm: Any, dtype: str, prompts: Sequence[list[int]], new_tokens: int) -> dict[str, Any]:
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
 
@@ -141,7 +141,7 @@ def _pyagent_single(llm: Any, dtype: str, prompts: Sequence[list[int]], new_toke
 
 def _pyagent_aggregate(llm: Any, dtype: str, prompts: Sequence[list[int]], concurrency: int,
                        new_tokens: int) -> dict[str, Any]:
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     batch = [prompts[i % len(prompts)] for i in range(concurrency)]
@@ -282,7 +282,7 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     """Run every measurement of ``settings`` and return the JSON-ready report."""
     import torch
 
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.models.loader import resolve_model_path
 
     source = resolve_model_path(settings.model)

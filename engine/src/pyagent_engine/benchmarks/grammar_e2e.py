@@ -30,8 +30,8 @@ from pyagent_core.interfaces.grammar import ConstraintSpec, allocate_bitmask
 from pyagent_engine.benchmarks.schema_corpus import SchemaCase, load_cases
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.requests.request import RequestOutput
 
 GOAL = 0.9
 _EXAMPLES = 5
@@ -104,9 +104,9 @@ def measure_overhead(llm: LLM, backend: str, cases: Sequence[SchemaCase]) -> dic
     import torch
 
     from pyagent_core.errors import ConstraintError
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.request import Request
-    from pyagent_engine.structured.params import StructuredOutputParams
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.request import Request
+    from pyagent_engine.requests.structured_params import StructuredOutputParams
     from pyagent_kernels.grammar import apply_token_bitmask
 
     structured = llm.engine.structured
@@ -172,8 +172,8 @@ def _timed(llm: LLM, prompts: list[str], params: list[Any]) -> tuple[list[Reques
 
 def run_end_to_end(llm: LLM, backend: str, cases: Sequence[SchemaCase], max_tokens: int) -> dict[str, Any]:
     """Constrained generation with ``backend`` on ``cases`` against unconstrained generation of as many tokens."""
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.structured.params import StructuredOutputParams
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.structured_params import StructuredOutputParams
 
     prompts = [prompt_for(case) for case in cases]
     constrained = [SamplingParams(max_tokens=max_tokens, temperature=0, structured=StructuredOutputParams(
@@ -215,7 +215,7 @@ def run_grammar_benchmark(settings: GrammarBenchSettings, llm: LLM | None = None
     """Every measurement of the module doc for ``settings.backends``; ``llm`` defaults to the embedded model."""
     import torch
 
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.structured.orchestrator import StructuredConfig
 
     owned = llm is None
@@ -252,7 +252,7 @@ def _cell(value: Any, digits: int = 1, suffix: str = "") -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """The report as tables: masks, per-token overhead, end to end."""
-    from pyagent_core.cli.output import print_table
+    from pyagent_core.commands import print_table
 
     setup, masks = report["setup"], report["masks"]
     if "error" in masks:

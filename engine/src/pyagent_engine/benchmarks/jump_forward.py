@@ -23,9 +23,9 @@ from pyagent_core.errors import ConstraintError
 from pyagent_core.interfaces.grammar import WHITESPACE_MODES, ConstraintSpec
 
 if TYPE_CHECKING:
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.benchmarks.schema_corpus import SchemaCase
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.request import Request, RequestOutput
+    from pyagent_engine.requests.request import Request, RequestOutput
     from pyagent_engine.structured.runtime import StructuredOutputs
 
 MODES = ("off", "on", "retokenized")
@@ -68,8 +68,8 @@ def jump_forward_mode(structured: StructuredOutputs, mode: str) -> Iterator[None
 
 def _requests(cases: Sequence[SchemaCase], backend: str, max_tokens: int) -> tuple[list[str], list[Any]]:
     from pyagent_engine.benchmarks.grammar_e2e import prompt_for
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.structured.params import StructuredOutputParams
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.structured_params import StructuredOutputParams
 
     prompts, params = [], []
     for case in cases:

@@ -1,8 +1,8 @@
 """``pyagent bench kvcache``: every installed eviction policy and Belady's MIN on block traces.
 
 For each trace and capacity the trace is replayed through the engine's own prefix index
-(:class:`~pyagent_engine.kvcache.replay.TraceCache` over
-:class:`~pyagent_engine.prefix_index.PrefixIndex`, the leaves-first pool the engine runs) with each
+(:class:`~pyagent_engine.kvsim.replay.TraceCache` over
+:class:`~pyagent_engine.kv.prefix_index.PrefixIndex`, the leaves-first pool the engine runs) with each
 policy, and with MIN as one more policy over the same index. Reported per trace, capacity and
 policy: hit ratio, the share of the LRU-to-MIN gap it closes (LRU is the peer: 0 % is LRU, 100 % is
 MIN), and nanoseconds per policy call, timed by replaying the calls the policy received alone,
@@ -13,7 +13,7 @@ serving the trace is also given per requested block: all the policy's call time 
 requested, the same count for every policy (ratio to LRU's). Per policy over every trace and
 capacity: the mean gap closed, the worst hit ratio against LRU's and the highest cost ratios.
 
-Traces are Mooncake-format files or workloads of :mod:`pyagent_engine.kvcache.generate`; a
+Traces are Mooncake-format files or workloads of :mod:`pyagent_engine.kvsim.generate`; a
 capacity is a number of blocks or a percentage of the trace's unique blocks (``20%``).
 """
 
@@ -24,14 +24,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyagent_core.errors import PyagentError
+from pyagent_core.install import checkout_install_hint
 from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_core.kinds import EVICTION
 from pyagent_core.options import validate_options
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.benchmarks.shared_data import SHARED_DATA
-from pyagent_engine.kvcache.generate import WORKLOADS, generate_trace
-from pyagent_engine.kvcache.simulator import MIN, PolicyFactory, gap_closed, record_and_time, replay_min
-from pyagent_engine.kvcache.trace import BlockTrace
+from pyagent_engine.kvsim.generate import WORKLOADS, generate_trace
+from pyagent_engine.kvsim.simulator import MIN, PolicyFactory, gap_closed, record_and_time, replay_min
+from pyagent_engine.kvsim.trace import BlockTrace
 
 PEER = "lru"
 DEFAULT_TRACE = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"
@@ -66,7 +67,7 @@ def _factory(impl: Callable[[dict[str, Any], EvictionContext], EvictionPolicy],
 
 
 def generated_trace(name: str) -> BlockTrace:
-    """The generated workload ``name`` (one of :data:`~pyagent_engine.kvcache.generate.WORKLOADS`)."""
+    """The generated workload ``name`` (one of :data:`~pyagent_engine.kvsim.generate.WORKLOADS`)."""
     if name not in WORKLOADS:
         raise KvcacheBenchError(f"no generated workload {name!r}; choose one of: {', '.join(WORKLOADS)}")
     return generate_trace(WORKLOADS[name], f"generated:{name}")
@@ -97,7 +98,8 @@ def run_kvcache_benchmark(traces: Sequence[BlockTrace], capacities: Sequence[str
     factories = factories if factories is not None else policy_factories()
     if PEER not in factories:
         raise KvcacheBenchError(f"the peer policy {PEER!r} is not installed (found: {sorted(factories) or 'none'}); "
-                                "pip install pyagent-kvcache-policies")
+                                + checkout_install_hint("pyagent-kvcache-policies",
+                                                        "plugins/kvcache/pyagent-kvcache-policies"))
     rows: list[dict[str, Any]] = []
     described = []
     for trace, blocks in zip(traces, sizes, strict=True):

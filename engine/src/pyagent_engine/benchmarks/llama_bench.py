@@ -73,7 +73,7 @@ def pyagent_pp_tg(llm: Any, dtype: str, settings: PpTgSettings) -> dict[str, Any
     timed runs; the means."""
     import torch
 
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     generator = torch.Generator().manual_seed(0)
 

@@ -63,9 +63,10 @@ def run_logprobs_benchmark(settings: LogprobsBenchSettings) -> dict[str, Any]:
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
 
-    from pyagent_engine.engine import Engine, EngineConfig
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.core.config import EngineConfig
+    from pyagent_engine.core.engine import Engine
+    from pyagent_engine.requests.params import SamplingParams
 
     llm = LLM()
     engines = {mode: Engine(llm.loaded, config=EngineConfig(logprobs_mode=mode)) for mode in ("raw", "processed")}

@@ -86,9 +86,10 @@ def run_prefix_cache_benchmark(settings: PrefixCacheBenchSettings, loaded: Any =
     import torch
 
     from pyagent_core.errors import RequestError
-    from pyagent_engine.engine import Engine, EngineConfig
+    from pyagent_engine.core.config import EngineConfig
+    from pyagent_engine.core.engine import Engine
     from pyagent_engine.models.loader import load_model
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     if settings.requests < 2:
         raise RequestError(f"requests must be at least 2 (the first one warms the cache), got {settings.requests}")

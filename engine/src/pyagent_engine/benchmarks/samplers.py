@@ -48,7 +48,7 @@ def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[
     from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
     from pyagent_core.kinds import SAMPLER
     from pyagent_core.registry import get_registry
-    from pyagent_engine.fused_mask import apply_processors
+    from pyagent_engine.sampling.fused_mask import apply_processors
     from pyagent_kernels.sampling import KeptTokens
 
     registry, context = get_registry(), SamplerContext(vocab)

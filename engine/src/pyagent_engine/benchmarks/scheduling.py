@@ -213,7 +213,7 @@ def _demands(engine: Any, budget: int) -> dict[str, float]:
 
 def replay(engine: Any, arrivals: Sequence[Arrival]) -> dict[str, Any]:
     """Replay ``arrivals`` open loop through ``engine``; the figures of one policy on one workload."""
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     pending = sorted(arrivals, key=lambda a: a.time)
     added: list[tuple[Arrival, Any]] = []
@@ -275,7 +275,8 @@ def run_scheduling_benchmark(settings: SchedulingBenchSettings, loaded: Any = No
     """Measure capacity, build both workloads, replay them under every policy; the report."""
     import torch
 
-    from pyagent_engine.engine import Engine, EngineConfig
+    from pyagent_engine.core.config import EngineConfig
+    from pyagent_engine.core.engine import Engine
     from pyagent_engine.models.loader import load_model
 
     loaded = loaded or load_model(None, "float32")

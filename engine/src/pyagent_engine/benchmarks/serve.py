@@ -310,9 +310,9 @@ def llama_server_argv(binary: Path, gguf: Path, port: int, slots: int, ctx_per_s
 def offline_level(model: str | None, prompts: Sequence[str], concurrency: int,
                   settings: ServeBenchSettings) -> dict[str, Any]:
     """pyagent's ``LLM.generate`` on the level's requests with ``max_num_seqs = concurrency``."""
-    from pyagent_engine.engine import EngineConfig
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.core.config import EngineConfig
+    from pyagent_engine.requests.params import SamplingParams
 
     llm = LLM(model, config=EngineConfig(max_num_seqs=concurrency))
     try:

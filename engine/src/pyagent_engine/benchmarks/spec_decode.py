@@ -104,7 +104,7 @@ class _Run:
 
 def _run(engine: Any, waves: Sequence[Sequence[list[int]]], max_tokens: int) -> _Run:
     """Run the waves one after the other on ``engine``."""
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     outputs = []
@@ -154,8 +154,8 @@ def _pyagent_rows(loaded: Any, name: str, prompts: list[list[int]], settings: Sp
                   curve: CostCurve | None) -> list[dict]:
     import statistics
 
-    from pyagent_engine.engine import Engine
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.core.engine import Engine
+    from pyagent_engine.spec.config import SpeculativeConfig
 
     rows = []
     configs: list[str | None] = [None, *settings.proposers]
@@ -197,9 +197,9 @@ def verify_costs(loaded: Any, prompt: list[int], settings: SpecBenchSettings, st
     import statistics
 
     from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerRequest
-    from pyagent_engine.engine import Engine
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.core.engine import Engine
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.spec.config import SpeculativeConfig
 
     class Rejected(Proposer):
         """Drafts k copies of a token the model is not going to choose (id 0, a control token)."""
@@ -266,7 +266,7 @@ def _hf_rows(model: Any, name: str, prompts: list[list[int]], max_tokens: int) -
 
 def run_spec_decode_benchmark(settings: SpecBenchSettings) -> dict[str, Any]:
     """Run every workload; return the report (rows, peer rows, goals)."""
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
     from pyagent_engine.models.embedded import find_embedded_gguf
 
     llm = LLM()

@@ -1,7 +1,7 @@
 """Batch flags of ``pyagent generate``: how many requests run at once, the step's token budget, the KV block
 size, and the scheduling policy (also on ``pyagent chat``).
 
-They set the :class:`~pyagent_engine.engine.EngineConfig` fields of the same names, as vLLM's
+They set the :class:`~pyagent_engine.core.config.EngineConfig` fields of the same names, as vLLM's
 ``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--block-size`` do.
 """
 
@@ -33,10 +33,10 @@ SchedulerOptsOpt = Annotated[list[str] | None, typer.Option(
 
 
 def scheduler_config(scheduler: str | None, scheduler_opt: list[str] | None) -> dict[str, Any]:
-    """The :class:`~pyagent_engine.engine.EngineConfig` fields the scheduler flags set."""
+    """The :class:`~pyagent_engine.core.config.EngineConfig` fields the scheduler flags set."""
     return {"scheduler": scheduler, "scheduler_options": parse_assignments(scheduler_opt or [])}
 
 
 def batch_config(max_num_seqs: int, max_num_batched_tokens: int, block_size: int) -> dict[str, int]:
-    """The :class:`~pyagent_engine.engine.EngineConfig` fields the batch flags set."""
+    """The :class:`~pyagent_engine.core.config.EngineConfig` fields the batch flags set."""
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size}

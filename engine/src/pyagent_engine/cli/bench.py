@@ -40,7 +40,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.commands import print_json, print_table
 
 app = typer.Typer(help="Benchmarks against a named peer, reported as ratios.", no_args_is_help=True)
 OutOpt = Annotated[Path | None, typer.Option(help="Write the results as JSON to this file.")]
@@ -209,8 +209,8 @@ def kvcache(
         policy_factories,
         run_kvcache_benchmark,
     )
-    from pyagent_engine.kvcache.generate import WORKLOADS
-    from pyagent_engine.kvcache.trace import load_trace
+    from pyagent_engine.kvsim.generate import WORKLOADS
+    from pyagent_engine.kvsim.trace import load_trace
 
     if not trace and not generate:
         trace, generate = list(DEFAULT_TRACES), list(WORKLOADS)

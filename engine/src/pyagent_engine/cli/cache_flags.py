@@ -1,7 +1,7 @@
 """KV-cache flags of ``pyagent generate``: prefix caching, its eviction policy, hash and offload tier.
 
 Per-request isolation (``cache_salt``) and opting out (``skip_prefix_cache``) are request parameters
-of the Python API (:class:`~pyagent_engine.params.SamplingParams`).
+of the Python API (:class:`~pyagent_engine.requests.params.SamplingParams`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ OffloadOpt = Annotated[int, typer.Option(
 
 def cache_config(prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None, kv_hash: str,
                  offload_blocks: int) -> dict[str, Any]:
-    """The :class:`~pyagent_engine.engine.EngineConfig` fields the KV-cache flags set."""
+    """The :class:`~pyagent_engine.core.config.EngineConfig` fields the KV-cache flags set."""
     return {"prefix_caching": prefix_caching, "eviction": eviction,
             "eviction_options": parse_assignments(eviction_opt or []), "kv_hash": kv_hash,
             "offload_blocks": offload_blocks}

@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pyagent_core.cli.output import error
-from pyagent_core.cli.parse import read_tools, show_message
+from pyagent_core.commands import error, read_tools, show_message
 from pyagent_core.errors import RequestError
 from pyagent_engine.cli.line_editor import StopOnInterrupt
 
 if TYPE_CHECKING:
     from pyagent_core.interfaces.tool_parser import DeltaMessage
-    from pyagent_engine.llm import LLM, Prompt
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.api.llm import LLM, Prompt
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.request import RequestOutput
 
 
 class ChatParsing:

@@ -1,7 +1,7 @@
 """The structured-output options of ``pyagent generate``: one constraint, the grammar backend, fallback.
 
 Turns ``--json-schema FILE | --json-object | --regex RE | --choice a,b,c | --grammar FILE`` into the
-request's :class:`~pyagent_engine.structured.params.StructuredOutputParams`, and describes afterwards
+request's :class:`~pyagent_engine.requests.structured_params.StructuredOutputParams`, and describes afterwards
 which backend served the requests and how many tokens jump-forward appended.
 """
 
@@ -17,9 +17,9 @@ from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import WHITESPACE_MODES
 
 if TYPE_CHECKING:
-    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.requests.request import RequestOutput
+    from pyagent_engine.requests.structured_params import StructuredOutputParams
     from pyagent_engine.structured.orchestrator import StructuredConfig
-    from pyagent_engine.structured.params import StructuredOutputParams
 
 JsonSchemaOpt = Annotated[Path | None, typer.Option("--json-schema", help="Output must validate against this "
                                                     "JSON Schema file.")]
@@ -63,8 +63,8 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     cannot be read, or the constraint is malformed.
     """
     from pyagent_core.interfaces.grammar import ConstraintSpec
+    from pyagent_engine.requests.structured_params import StructuredOutputParams
     from pyagent_engine.structured.checks import check_constraint
-    from pyagent_engine.structured.params import StructuredOutputParams
 
     flags = {"--json-schema": json_schema is not None, "--json-object": json_object, "--regex": regex is not None,
              "--choice": choice is not None, "--grammar": grammar is not None}

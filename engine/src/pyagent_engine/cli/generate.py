@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import attrs
 import typer
 
-from pyagent_core.cli import parse as parse_cli
-from pyagent_core.cli.output import error
+from pyagent_core.commands import ReasoningOpt, ToolParserOpt, ToolsOpt, error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file, logprob_flags
@@ -26,10 +25,10 @@ from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 from pyagent_engine.models.config import DEFAULT_DTYPE
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM, Prompt
-    from pyagent_engine.params import SamplingParams
-    from pyagent_engine.request import RequestOutput
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.api.llm import LLM, Prompt
+    from pyagent_engine.requests.params import SamplingParams
+    from pyagent_engine.requests.request import RequestOutput
+    from pyagent_engine.spec.config import SpeculativeConfig
     from pyagent_engine.structured.orchestrator import StructuredConfig
 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or checkpoint folder (default: embedded).")]
@@ -73,8 +72,8 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
               speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
               cache: Mapping[str, Any] | None = None, dequantize: bool = False) -> LLM:
     """Load the model and build the engine with the selected backends and sampler chain."""
-    from pyagent_engine.engine import EngineConfig
-    from pyagent_engine.llm import LLM
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.core.config import EngineConfig
 
     sampler = sampler or SamplerSettings()
     return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
@@ -86,7 +85,8 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
 def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
                   kv_hash: str, offload_blocks: int, scheduler: str | None, scheduler_opt: list[str] | None,
                   max_num_seqs: int, max_num_batched_tokens: int, block_size: int) -> dict[str, Any]:
-    """The :class:`~pyagent_engine.engine.EngineConfig` fields the engine flags of ``generate`` and ``serve`` set."""
+    """The :class:`~pyagent_engine.core.config.EngineConfig` fields the engine flags of ``generate`` and ``serve``
+    set."""
     return {"logprobs_mode": logprobs_mode,
             **cache_flags.cache_config(prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks),
             **batch_flags.scheduler_config(scheduler, scheduler_opt),
@@ -95,7 +95,7 @@ def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None
 
 def check_sampling(llm: LLM, params: SamplingParams) -> None:
     """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
-    from pyagent_engine.request import Request
+    from pyagent_engine.requests.request import Request
 
     llm.engine.sampler.check_params(Request("cli", [0], params))
 
@@ -190,7 +190,7 @@ def generate(
     """
     import time
 
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     if (prompt is None) == (input_path is None):
         raise RequestError("give a PROMPT or --input FILE (exactly one)")
@@ -249,7 +249,7 @@ def _stop_if_strict(lines: list[input_file.PromptLine], strict: bool) -> None:
 
 def _line_failure(line: input_file.PromptLine) -> RequestOutput:
     """The output of a line that could not become a request."""
-    from pyagent_engine.request import RequestOutput
+    from pyagent_engine.requests.request import RequestOutput
 
     return RequestOutput(request_id=f"line-{line.line}", prompt=None, prompt_token_ids=[], output_token_ids=[],
                          text="", delta="", finished=True, finish_reason="error", error=line.error)
@@ -276,8 +276,8 @@ def chat(
     temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
-    tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
-    reasoning_parser: parse_cli.ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
+    tools: ToolsOpt = None, tool_parser: ToolParserOpt = None,
+    reasoning_parser: ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
     scheduler_opt: batch_flags.SchedulerOptsOpt = None,
 ) -> None:
     """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
@@ -288,7 +288,7 @@ def chat(
     With --tool-parser / --reasoning-parser each reply is parsed: reasoning is shown dimmed, tool calls
     in a table; --tools offers tools to the model (through its chat template, when it takes them).
     """
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.requests.params import SamplingParams
 
     parsing = chat_parsing.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,

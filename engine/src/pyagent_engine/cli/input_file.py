@@ -4,7 +4,7 @@ A line is a plain-text prompt, or a JSON object with ``"prompt": "..."`` or ``"m
 (OpenAI chat messages) and optionally ``"id"`` or ``"custom_id"`` (a string or integer carried to the
 output record, as in vLLM's offline API and OpenAI's batch format) and the scheduling fields
 ``"priority"``, ``"deadline_s"`` and ``"tenant"`` of that request (see
-:class:`~pyagent_engine.params.SamplingParams`). Blank lines are skipped.
+:class:`~pyagent_engine.requests.params.SamplingParams`). Blank lines are skipped.
 
 The file is UTF-8; a byte-order mark is dropped, and a UTF-16 or UTF-32 file with its mark is read
 too. A line that cannot be used (not UTF-8, invalid JSON, a message without ``content``, a lone
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pyagent_core.errors import ChatTemplateError, RequestError
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import Prompt
+    from pyagent_engine.api.llm import Prompt
     from pyagent_engine.models.chat_template import ChatTemplate
 
 ID_KEYS = ("id", "custom_id")

@@ -1,8 +1,8 @@
 """Logprob flags of ``pyagent generate``: per-token log probabilities in the ``--json`` records.
 
 ``--logprobs K`` and ``--prompt-logprobs K`` set the request parameters of the same names
-(:class:`~pyagent_engine.params.SamplingParams`), ``--logprobs-mode`` the engine's
-``EngineConfig.logprobs_mode`` (see :mod:`pyagent_engine.logprobs`).
+(:class:`~pyagent_engine.requests.params.SamplingParams`), ``--logprobs-mode`` the engine's
+``EngineConfig.logprobs_mode`` (see :mod:`pyagent_engine.requests.logprobs`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from pyagent_engine.logprobs import TokenLogprob
+    from pyagent_engine.requests.logprobs import TokenLogprob
 
 PANEL = "Logprobs"
 

@@ -10,8 +10,8 @@ import typer
 from pyagent_core.options import parse_assignments
 
 if TYPE_CHECKING:
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.spec.config import SpeculativeConfig
 
 SpeculativeOpt = Annotated[str | None, typer.Option(
     "--speculative", help="Speculative decoding with this proposer (`pyagent list proposer`).")]
@@ -26,7 +26,7 @@ def speculative_config(name: str | None, num_draft_tokens: int, spec_opt: list[s
         if spec_opt:
             raise typer.BadParameter("--spec-opt needs --speculative NAME", param_hint="--spec-opt")
         return None
-    from pyagent_engine.speculative import SpeculativeConfig
+    from pyagent_engine.spec.config import SpeculativeConfig
 
     return SpeculativeConfig(proposer=name, options=parse_assignments(spec_opt or []),
                              num_draft_tokens=num_draft_tokens)

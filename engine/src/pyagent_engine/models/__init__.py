@@ -2,6 +2,6 @@
 
 Import the submodules (they need torch; this package itself imports nothing): ``loader``
 (``load_model``, the one entry point), ``architectures`` (the model plugin serving a file, through
-the registry), ``kv_cache`` (``allocate_kv_caches``), ``tokenizer``, ``detokenizer`` and
-``chat_template``; ``gguf_file``, ``checkpoint`` and ``conversion_cache`` read and write the formats.
+the registry), ``tokenizer``, ``detokenizer`` and ``chat_template``;
+``gguf_file``, ``checkpoint`` and ``conversion_cache`` read and write the formats.
 """

@@ -3,9 +3,9 @@
 Modules: :mod:`~pyagent_engine.server.app` builds the application (routes, middleware, error
 handlers) around a :class:`~pyagent_engine.server.state.ServerState`; :mod:`~.protocol` holds the
 request bodies; :mod:`~.sampling` turns a body into
-:class:`~pyagent_engine.params.SamplingParams`; :mod:`~.chat` and :mod:`~.completions` serve the two
+:class:`~pyagent_engine.requests.params.SamplingParams`; :mod:`~.chat` and :mod:`~.completions` serve the two
 generation endpoints, :mod:`~.streaming` their server-sent events; :mod:`~.errors` shapes every
 failure as OpenAI's error body; :mod:`~.limits` holds the body-size and API-key guards;
 :mod:`~.launch` runs uvicorn with a graceful shutdown. The engine itself steps on its own thread
-(:mod:`pyagent_engine.async_engine`).
+(:mod:`pyagent_engine.api.async_engine`).
 """

@@ -17,8 +17,8 @@ from fastapi import Request
 
 from pyagent_core.interfaces.tool_parser import DeltaMessage
 from pyagent_core.parsing import MessageParser
-from pyagent_engine.async_engine import Generation, Submission
-from pyagent_engine.request import RequestOutput
+from pyagent_engine.api.async_engine import Generation, Submission
+from pyagent_engine.requests.request import RequestOutput
 from pyagent_engine.server import sampling
 from pyagent_engine.server.errors import bad_request
 from pyagent_engine.server.logprobs import LogprobWriter

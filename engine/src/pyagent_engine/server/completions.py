@@ -14,9 +14,9 @@ from typing import Any
 
 from fastapi import Request
 
-from pyagent_engine.async_engine import Generation, Submission
-from pyagent_engine.logprobs import TokenLogprob
-from pyagent_engine.request import RequestOutput
+from pyagent_engine.api.async_engine import Generation, Submission
+from pyagent_engine.requests.logprobs import TokenLogprob
+from pyagent_engine.requests.request import RequestOutput
 from pyagent_engine.server import sampling
 from pyagent_engine.server.errors import bad_request
 from pyagent_engine.server.logprobs import LogprobWriter

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from pyagent_core.errors import ChatTemplateError, OptionError, PyagentError, RequestError, SelectionError
-from pyagent_engine.async_engine import EngineOverloadedError
+from pyagent_engine.api.async_engine import EngineOverloadedError
 
 log = logging.getLogger("pyagent.server")
 

@@ -1,4 +1,4 @@
-"""The engine's per-token log probabilities (:mod:`pyagent_engine.logprobs`) in OpenAI's two shapes.
+"""The engine's per-token log probabilities (:mod:`pyagent_engine.requests.logprobs`) in OpenAI's two shapes.
 
 Chat: ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}``.
 Completions: ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``, where ``top_logprobs`` maps
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyagent_engine.logprobs import TokenLogprob
+from pyagent_engine.requests.logprobs import TokenLogprob
 
 LOWEST = -9999.0
 """What ``-inf`` is written as."""

@@ -1,4 +1,4 @@
-"""A request body to the :class:`~pyagent_engine.params.SamplingParams` of each of its choices.
+"""A request body to the :class:`~pyagent_engine.requests.params.SamplingParams` of each of its choices.
 
 OpenAI's fields map to the engine's; every field the body adds beyond the declared ones is a
 sampler parameter (``top_k``, ``min_p``, ``dry_multiplier``... as ``pyagent generate`` names them),
@@ -15,11 +15,11 @@ from typing import Any
 
 from pyagent_core.errors import SpecError
 from pyagent_core.interfaces.grammar import ConstraintSpec
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.server.errors import bad_request
 from pyagent_engine.server.protocol import GenerationRequest
 from pyagent_engine.structured.checks import check_constraint
-from pyagent_engine.structured.params import StructuredOutputParams
 
 _PASSED = ("frequency_penalty", "presence_penalty")
 """Declared OpenAI fields that are sampler parameters of the chain."""

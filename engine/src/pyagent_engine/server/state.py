@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from pyagent_engine.async_engine import AsyncEngine
+from pyagent_engine.api.async_engine import AsyncEngine
 from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.server.errors import APIError
 

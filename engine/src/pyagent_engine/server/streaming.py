@@ -1,4 +1,4 @@
-"""Server-sent events and the two ways a route reads a :class:`~pyagent_engine.async_engine.Generation`.
+"""Server-sent events and the two ways a route reads a :class:`~pyagent_engine.api.async_engine.Generation`.
 
 A stream is ``data: {json}`` events ending with ``data: [DONE]``; a failure after the stream has
 started is one ``data: {"error": {...}}`` event (OpenAI's client raises it) before ``[DONE]``. A
@@ -18,8 +18,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from pyagent_engine.async_engine import Generation
-from pyagent_engine.request import RequestOutput
+from pyagent_engine.api.async_engine import Generation
+from pyagent_engine.requests.request import RequestOutput
 from pyagent_engine.server.errors import APIError, as_api_error
 
 DONE = "data: [DONE]\n\n"

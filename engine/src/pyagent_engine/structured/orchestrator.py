@@ -52,10 +52,10 @@ from pyagent_core.interfaces.json_schema import keywords, subschemas
 from pyagent_core.kinds import GRAMMAR
 from pyagent_core.registry import Backend, Registry
 from pyagent_core.types import GrammarSpec
+from pyagent_engine.requests.structured_params import AUTO, StructuredOutputParams
+from pyagent_engine.requests.structured_report import Skip
 from pyagent_engine.structured.cache import LRUCache
 from pyagent_engine.structured.checks import check_constraint
-from pyagent_engine.structured.params import AUTO, StructuredOutputParams
-from pyagent_engine.structured.report import Skip
 
 ORDER_ENV = "PYAGENT_GRAMMAR_FALLBACK_ORDER"
 
@@ -205,7 +205,8 @@ class GrammarOrchestrator:
         if not available:
             raise GrammarBackendError(
                 "no grammar backend is available, so constraints cannot be served; install one "
-                "(pip install pyagent-grammar-xgrammar, -guidance or -lmfe) and see `pyagent list grammar`"
+                "(pyagent-grammar-xgrammar, -guidance or -lmfe, not on PyPI: in a pyagent checkout, `make wheels`, "
+                "then `pip install --find-links dist pyagent-grammar-xgrammar`) and see `pyagent list grammar`"
             )
         try:
             first = self.registry.select(GRAMMAR).backend

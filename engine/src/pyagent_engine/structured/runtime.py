@@ -31,19 +31,19 @@ import torch
 from pyagent_core.errors import ConstraintError, RequestError
 from pyagent_core.interfaces.grammar import GrammarMatcher, TokenizerInfo, bitmask_shape
 from pyagent_core.registry import Registry
+from pyagent_engine.requests.structured_params import StructuredOutputParams
+from pyagent_engine.requests.structured_report import StructuredReport
 from pyagent_engine.structured.orchestrator import (
     CompiledConstraint,
     CompileTicket,
     GrammarOrchestrator,
     StructuredConfig,
 )
-from pyagent_engine.structured.params import StructuredOutputParams
-from pyagent_engine.structured.report import StructuredReport
 from pyagent_kernels.grammar import apply_token_bitmask
 
 if TYPE_CHECKING:
     from pyagent_engine.models.tokenizer import Tokenizer
-    from pyagent_engine.request import Request
+    from pyagent_engine.requests.request import Request
 
 
 @attrs.define

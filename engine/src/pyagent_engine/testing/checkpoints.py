@@ -34,12 +34,12 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.testing.model import metadata, random_weights
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.api.llm import LLM
 from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
-from pyagent_engine.engine import EngineConfig
-from pyagent_engine.llm import LLM
+from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
 from pyagent_engine.models.loader import load_model
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"

@@ -34,7 +34,7 @@ from transformers import LogitsProcessor as HFLogitsProcessor
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
 from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry, get_registry
-from pyagent_engine.fused_mask import apply_processors
+from pyagent_engine.sampling.fused_mask import apply_processors
 
 
 def _names(processors: str | Sequence[str]) -> list[str]:

@@ -63,8 +63,8 @@ def by_concurrency(run: Callable[[int], int], concurrency: tuple[int, ...]) -> d
 
 def pyagent_runs(model: Path, concurrency: tuple[int, ...], max_tokens: int) -> dict[str, Any]:
     """pyagent's engine at each concurrency (one warm-up request first)."""
-    from pyagent_engine.llm import LLM
-    from pyagent_engine.params import SamplingParams
+    from pyagent_engine.api.llm import LLM
+    from pyagent_engine.requests.params import SamplingParams
 
     llm = LLM(str(model))
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)

@@ -16,7 +16,7 @@ from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.sampler import AddedRequest, LogitsProcessor, SamplerContext
 from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry
-from pyagent_engine.fused_mask import apply_processors
+from pyagent_engine.sampling.fused_mask import apply_processors
 from pyagent_vllm.batch import request_params, translate
 from pyagent_vllm.inventory import ORDER_ENV
 

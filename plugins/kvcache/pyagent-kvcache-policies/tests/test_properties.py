@@ -1,6 +1,6 @@
 """Property tests of every policy: random operation sequences against a set model, ARC's invariants,
 and ghost lists that stay within the ``history`` a policy declares. (Replays of random prefix-chain
-traces through the engine's prefix index, with every installed policy, are in ``engine/tests/kvcache``.)"""
+traces through the engine's prefix index, with every installed policy, are in ``engine/tests/kvsim``.)"""
 
 from __future__ import annotations
 

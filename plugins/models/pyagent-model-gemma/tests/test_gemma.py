@@ -12,11 +12,11 @@ import pytest
 
 from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.testing.model import ModelConformance, transformers_logits
-from pyagent_engine.engine import EngineConfig
-from pyagent_engine.llm import LLM
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.request import RequestOutput
-from pyagent_engine.speculative import SpeculativeConfig
+from pyagent_engine.api.llm import LLM
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import RequestOutput
+from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.testing.checkpoints import CheckpointConformance
 from pyagent_model_gemma.model import Gemma2, Gemma3
 from pyagent_model_gemma.plugin import GEMMA2, GEMMA3

@@ -15,11 +15,11 @@ from pyagent_core.interfaces.proposer import ProposerContext, ProposerRequest
 from pyagent_core.kinds import ATTENTION
 from pyagent_core.options import validate_options
 from pyagent_core.registry import Registry, get_registry
-from pyagent_engine.engine import Engine
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.loader import load_model
-from pyagent_engine.params import SamplingParams
-from pyagent_engine.speculative import SpeculativeConfig
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_spec_draft_model.plugin import SPEC
 from pyagent_spec_draft_model.proposer import DraftModelProposer, tokenizer_mismatch
 

@@ -68,7 +68,7 @@ class GumbelSelector(TokenSelector):
         """One ``int64`` token id per row; each row's step advances by one.
 
         ``kept``: the tokens the fused mask recorded for these logits (see
-        ``pyagent_engine.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
+        ``pyagent_engine.sampling.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
         of a scan of the vocabulary, with the same choice.
         """
         rows = len(self.rows)

@@ -16,9 +16,10 @@ from pyagent_core.errors import BackendUnavailableError, ConfigError, RequestErr
 from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_core.registry import Registry, Selection
 from pyagent_core.types import AttentionSpec
-from pyagent_engine.engine import Engine, EngineConfig
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
 from pyagent_engine.models.loader import LoadedModel, load_model
-from pyagent_engine.params import SamplingParams
+from pyagent_engine.requests.params import SamplingParams
 
 
 def _draft_engine(draft: LoadedModel, registry: Registry, attention: Selection[AttentionSpec] | None,
@@ -65,7 +66,7 @@ class DraftModelProposer(Proposer):
             tokenizer is not the target's.
     """
 
-    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext[LoadedModel]) -> None:
         super().__init__(options, context)
         target, registry = context.target, context.registry
         if target is None or registry is None:

@@ -1,0 +1,132 @@
+"""The Python API: ``LLM(...).generate(prompts, params)`` and its streaming variant.
+
+A prompt is a string (tokenized as is, or wrapped in the chat template with ``chat=True``), a list
+of OpenAI-style messages (always templated), or a list of token ids. A prompt that cannot run (empty,
+longer than the context) becomes an output with ``finish_reason == "error"``; the others go on.
+
+One ``LLM`` may be used from several threads at once, and several of its streams may be read in
+turns: every call gets the outputs of its own requests (see :mod:`pyagent_engine.api.shared_engine`).
+Request ids are unique over the ``LLM``'s lifetime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyagent_core.errors import ChatTemplateError, RequestError
+from pyagent_core.registry import Registry
+from pyagent_engine.api.shared_engine import Session, SharedEngine
+from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.engine import Engine
+from pyagent_engine.models.config import DEFAULT_DTYPE
+from pyagent_engine.models.gguf_file import ProgressCallback
+from pyagent_engine.models.loader import load_model
+from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.requests.request import RequestOutput
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.structured.orchestrator import StructuredConfig
+
+Messages = Sequence[Mapping[str, Any]]
+Prompt = str | Messages | Sequence[int]
+
+
+class LLM:
+    """A model with the selected plugins, ready to generate.
+
+    Args:
+        model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
+        dtype: ``"float32"`` (default, see :data:`~pyagent_engine.models.config.DEFAULT_DTYPE`) or ``"bfloat16"``.
+        quantized: keep a GGUF's block-quantized matrices in their blocks (same results, fewer bytes
+            read per token); false dequantizes them at load.
+        attention: attention backend name; ``attention_options`` its options.
+        samplers: logits processors in chain order (names or an order string; default: the default order).
+        sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
+        registry: where plugins come from (default: the installed ones).
+        progress: ``progress(done, total, what)`` while a model is converted the first time.
+        config: cache and batch sizes.
+        structured: structured-output settings (grammar fallback order, compile cache and limits).
+        speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
+    """
+
+    def __init__(self, model: str | None = None, *, dtype: str = DEFAULT_DTYPE, attention: str | None = None,
+                 attention_options: Mapping[str, Any] | None = None,
+                 samplers: str | Sequence[str] | None = None,
+                 sampler_options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
+                 progress: ProgressCallback | None = None, config: EngineConfig | None = None,
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None,
+                 quantized: bool = True) -> None:
+        self.loaded = load_model(model, dtype, progress=progress, quantized=quantized)
+        self.engine = Engine(self.loaded, registry=registry, attention=attention,
+                             attention_options=attention_options, samplers=samplers,
+                             sampler_options=sampler_options, config=config, structured=structured,
+                             speculative=speculative)
+        self.shared = SharedEngine(self.engine)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer."""
+        return self.loaded.tokenizer
+
+    def encode(self, prompt: Prompt, *, chat: bool = False, system: str | None = None) -> tuple[list[int], str | None]:
+        """Token ids (and text, when there is text) of ``prompt``; see the module docstring."""
+        if isinstance(prompt, str) and not chat:
+            return self.tokenizer.encode(prompt), prompt
+        if isinstance(prompt, Sequence) and prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt), None  # type: ignore[arg-type]
+        messages: list[Mapping[str, Any]] = (
+            [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)  # type: ignore[arg-type]
+        )
+        if system is not None and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": system})
+        if self.loaded.chat_template is None:
+            raise RequestError("this model has no chat template; pass raw text (chat=False / --raw)")
+        text = self.loaded.chat_template.render(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False), text
+
+    def stream(self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams] | None = None,
+               *, chat: bool = False, system: str | None = None) -> Iterator[RequestOutput]:
+        """Run ``prompts`` batched; yield outputs as text arrives (``delta``) and when each finishes.
+
+        Closing the generator (or dropping it) before the end aborts the requests still running.
+        """
+        with self.shared.session() as session:
+            yield from self._submit(session, prompts, params, chat, system)
+            yield from session
+
+    def generate(self, prompts: str | Sequence[Prompt],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 *, chat: bool = False, system: str | None = None) -> list[RequestOutput]:
+        """Run ``prompts`` (one string, or a list of prompts) to completion; one final output per prompt, in order."""
+        batch: list[Prompt] = [prompts] if isinstance(prompts, str) else list(prompts)
+        with self.shared.session() as session:
+            finals = {o.request_id: o for o in self._submit(session, batch, params, chat, system)}
+            finals.update((o.request_id, o) for o in session if o.finished)
+        return [finals[request_id] for request_id in session.request_ids]
+
+    def _submit(self, session: Session, prompts: Sequence[Prompt],
+                params: SamplingParams | Sequence[SamplingParams] | None, chat: bool,
+                system: str | None) -> Iterator[RequestOutput]:
+        """Add ``prompts`` through ``session``; yield a final error output for each that cannot run."""
+        for prompt, sampling in zip(prompts, self._params(params, len(prompts)), strict=True):
+            request_id = session.new_id()
+            try:
+                ids, text = self.encode(prompt, chat=chat, system=system)
+                session.add(request_id, ids, sampling, text)
+            except (RequestError, ChatTemplateError) as error:
+                yield RequestOutput(request_id=request_id, prompt=prompt if isinstance(prompt, str) else None,
+                                    prompt_token_ids=[], output_token_ids=[], text="", delta="", finished=True,
+                                    finish_reason="error", error=str(error))
+
+    @staticmethod
+    def _params(params: SamplingParams | Sequence[SamplingParams] | None, count: int) -> list[SamplingParams]:
+        if params is None or isinstance(params, SamplingParams):
+            return [params or SamplingParams()] * count
+        if len(params) != count:
+            raise RequestError(f"got {len(params)} SamplingParams for {count} prompts; give one, or one per prompt")
+        return list(params)
+
+    def close(self) -> None:
+        """Stop the engine (fires ``pyagent_engine_stopped``); calls still running get their requests
+        back with ``finish_reason == "abort"``."""
+        self.shared.close()

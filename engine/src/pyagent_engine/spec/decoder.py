@@ -1,0 +1,354 @@
+"""Speculative decoding in the engine: drafting, verification shared by every proposer, adaptive length.
+
+Each step, before scheduling, :meth:`SpeculativeDecoder.propose` asks the selected proposer for a
+draft (a chain or a tree of guessed next tokens) for every running request that is decoding, checks
+it, trims it to what is worth verifying, and attaches it to the request (``request.draft``). The
+scheduler gives such a request ``1 + len(draft)`` tokens: its last real token and the draft nodes.
+The model runner places node ``i`` at position ``last + depth(i)`` (so its rotary embedding is the
+one it would have if accepted) and in the cache slot of position ``last + 1 + i``, and a tree mask
+lets each node see only its ancestors. The logits of the last real token and of every node come back.
+
+:meth:`SpeculativeDecoder.verify` then walks each draft depth by depth. At every depth the request's
+logits row (after the accepted path so far) goes through the engine's own sampler chain, exactly as
+in a step without speculation, and the chosen token is compared with the children of the current
+node: equal to one of them, that child is accepted and the walk goes on; otherwise the chosen token
+ends the walk (the correction); when the walk reaches a leaf, the token chosen there is the bonus.
+
+For greedy rows this is exact-match acceptance. For sampled rows it is rejection sampling with a
+point-mass draft distribution q (every proposer here is deterministic): accepting draft token x with
+probability min(1, p(x)/q(x)) = p(x) and otherwise drawing from the residual max(p - q, 0), which is
+p without x, renormalised, gives token y with probability p(y) for every y; drawing y from p and
+accepting when y == x gives the same joint distribution of (accepted, token) - so each emitted token
+is distributed exactly as without speculation, and every selector, seed and history-aware processor
+of the chain applies unchanged (accepted tokens are appended to the output before the next depth is
+sampled). The tree case is the same argument with several candidates.
+
+After verification the accepted nodes' keys and values are moved to their final slots (only tree
+drafts need it), the request's computed-token count advances by the accepted length, and blocks
+holding nothing but rejected draft tokens go back to the pool.
+
+Adaptive length: :mod:`pyagent_engine.spec.controller`; the draft-tree helpers: :mod:`pyagent_engine.spec.tree`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from pyagent_core.errors import ConfigError
+from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_core.kinds import PROPOSER
+from pyagent_core.registry import Registry, Selection
+from pyagent_core.types import AttentionSpec
+from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.requests.request import Request
+from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.logprob_scoring import LogprobRecorder
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.spec.controller import DraftController
+from pyagent_engine.spec.tree import node_child, tree_error, walk
+
+
+class DraftWarning(UserWarning):
+    """A proposer returned something the engine cannot verify; the draft was dropped."""
+
+
+@attrs.define
+class SpecStats:
+    """Counters over the engine's life (what ``pyagent generate`` and the benchmark report).
+
+    Only what could reach the output counts: when a request ends inside a verified draft (an
+    accepted end-of-sequence or stop token), the nodes past its last output token count neither as
+    drafted nor as accepted, since they are thrown away.
+
+    Attributes:
+        num_drafts: drafts verified.
+        num_draft_tokens: draft nodes verified.
+        num_accepted_tokens: draft nodes accepted whose tokens reached the output.
+        accepted_per_position: ``[i]``: drafts whose accepted length exceeded ``i``.
+        num_dropped: drafts dropped as invalid (out-of-vocab ids, too many nodes, a tree from a
+            chain proposer, an exception).
+        proposer_time_s: time spent in ``propose`` (wall clock).
+        num_proposer_calls: calls to ``propose``.
+    """
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = attrs.field(factory=list)
+    num_dropped: int = 0
+    proposer_time_s: float = 0.0
+    num_proposer_calls: int = 0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Count one verified draft of ``drafted`` nodes of which ``accepted`` were accepted."""
+        self.num_drafts += 1
+        self.num_draft_tokens += drafted
+        self.num_accepted_tokens += accepted
+        if len(self.accepted_per_position) < accepted:
+            self.accepted_per_position.extend([0] * (accepted - len(self.accepted_per_position)))
+        for i in range(accepted):
+            self.accepted_per_position[i] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters plus derived figures: mean accepted length (accepted draft tokens per
+        draft, plus the bonus / correction token each verification yields), acceptance rate and
+        proposer microseconds per call."""
+        drafts = self.num_drafts
+        return {
+            **attrs.asdict(self),
+            "mean_accepted_length": 1 + self.num_accepted_tokens / drafts if drafts else None,
+            "acceptance_rate": self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None,
+            "proposer_us_per_call": (1e6 * self.proposer_time_s / self.num_proposer_calls
+                                     if self.num_proposer_calls else None),
+        }
+
+
+class SpeculativeDecoder:
+    """The selected proposer plus the engine's drafting, verification and bookkeeping.
+
+    The proposer is built as every proposer is, ``cls(options, context)``, with a
+    :class:`~pyagent_core.interfaces.proposer.ProposerContext` holding the vocabulary size and the
+    context length, plus ``target``, ``registry`` and ``attention`` when its spec says ``needs_model``.
+
+    Args:
+        registry: where the proposer is selected (and, for a ``needs_model`` proposer, the registry
+            it builds its own engine on).
+        config: which proposer, its options and the draft length.
+        vocab_size: the target model's vocabulary size (drafts with larger ids are dropped).
+        max_model_len: the target model's context length in tokens.
+        target: the engine's loaded target model, for proposers whose spec says ``needs_model``.
+        attention: the engine's attention selection, for proposers whose spec says ``needs_model``.
+
+    Raises:
+        ConfigError: the proposer's spec says ``needs_model`` and no ``target`` was given.
+    """
+
+    def __init__(self, registry: Registry, config: SpeculativeConfig, vocab_size: int, max_model_len: int, *,
+                 target: Any = None, attention: Selection[AttentionSpec] | None = None) -> None:
+        self.config = config
+        self.selection = registry.select(PROPOSER, config.proposer, config.options)
+        spec = self.spec = self.selection.backend.spec
+        context: ProposerContext[object] = ProposerContext(vocab_size=vocab_size, max_model_len=max_model_len)
+        if spec.needs_model:
+            if target is None:
+                raise ConfigError(f"proposer {spec.name!r} drafts with a model and needs the target model, "
+                                  "but none was given; pass target= (an Engine passes its own model)")
+            context = attrs.evolve(context, target=target, registry=registry, attention=attention)
+        self.proposer: Proposer = registry.load(self.selection.backend)(self.selection.options, context)
+        self.vocab_size = vocab_size
+        self.controller = DraftController(config.num_draft_tokens, adaptive=config.adaptive)
+        self.stats = SpecStats()
+        self._reported = SpecStats()
+        self._verified_rows = 0
+        self._committed: list[tuple[Request, tuple[int, ...], int, int]] = []
+
+    @property
+    def name(self) -> str:
+        """The selected proposer's name."""
+        return self.selection.backend.name
+
+    # --- drafting ------------------------------------------------------------------------------
+
+    def propose(self, running: Sequence[Request], context: int) -> None:
+        """Attach a checked, trimmed draft to every decoding request of ``running`` (or ``None``)."""
+        decoding = [r for r in running if r.num_tokens - r.num_computed_tokens == 1]
+        for request in running:
+            request.draft = None
+        if not decoding:
+            return
+        threshold = self.controller.threshold(len(decoding))
+        limits = {}
+        for request in decoding:
+            room = min(request.params.max_tokens - len(request.output_token_ids), context - request.num_tokens) - 1
+            limits[request.request_id] = min(self.controller.budget(request.request_id, threshold), max(room, 0))
+        asked = [r for r in decoding if limits[r.request_id] > 0]
+        if not asked:
+            return
+        max_tokens = max(limits[r.request_id] for r in asked)
+        views = [ProposerRequest(r.request_id, r.prompt_token_ids, r.output_token_ids) for r in asked]
+        started = time.perf_counter()
+        try:
+            drafts = self.proposer.propose(views, max_tokens)
+        except Exception as error:  # a failing proposer costs its drafts, never the requests
+            warnings.warn(f"proposer {self.name!r} failed: {type(error).__name__}: {error}; no drafts this step",
+                          DraftWarning, stacklevel=2)
+            drafts = [None] * len(asked)
+        finally:
+            self.stats.proposer_time_s += time.perf_counter() - started
+            self.stats.num_proposer_calls += 1
+        if not isinstance(drafts, list) or len(drafts) != len(asked):
+            self._drop(f"returned {type(drafts).__name__} of length {len(drafts) if isinstance(drafts, list) else '?'} "
+                       f"for {len(asked)} requests")
+            return
+        checked = [(request, self._check(draft, max_tokens)) for request, draft in zip(asked, drafts, strict=True)]
+        offered = [(request, draft) for request, draft in checked if draft is not None]
+        planned = self.controller.plan([(r.request_id, d, limits[r.request_id]) for r, d in offered], len(decoding))
+        for (request, _), draft in zip(offered, planned, strict=True):
+            request.draft = draft
+
+    def _drop(self, why: str) -> None:
+        self.stats.num_dropped += 1
+        warnings.warn(f"proposer {self.name!r} {why}; the draft was dropped", DraftWarning, stacklevel=3)
+
+    def _check(self, draft: object, max_tokens: int) -> DraftTree | None:
+        if draft is None:
+            return None
+        if not isinstance(draft, DraftTree):
+            self._drop(f"returned a {type(draft).__name__} instead of a DraftTree or None")
+        elif len(draft) > max_tokens:
+            self._drop(f"returned {len(draft)} draft tokens when asked for at most {max_tokens}")
+        elif (invalid := tree_error(draft)) is not None:
+            self._drop(f"returned an invalid draft tree ({invalid})")
+        elif not self.spec.tree and not draft.is_chain():
+            self._drop("returned a tree but its spec says tree=False")
+        elif any(t >= self.vocab_size for t in draft.token_ids):
+            self._drop(f"returned token ids {[t for t in draft.token_ids if t >= self.vocab_size][:5]} "
+                       f"outside the vocabulary [0, {self.vocab_size})")
+        else:
+            return draft
+        return None
+
+    # --- verification --------------------------------------------------------------------------
+
+    def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+               mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None,
+               recorder: LogprobRecorder | None = None) -> list[list[int]]:
+        """Walk every request's draft with the sampler chain; return the tokens each request emits.
+
+        ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
+        then the nodes), in order. ``mask(requests, logits)`` (the grammar bitmask) is applied to
+        the first depth only: requests under a grammar get no drafts, so they never reach a second.
+        Without a mask, when the chain is a plain argmax for the batch (``SamplerChain.greedy_rows``),
+        every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
+        leaves the output lists as they were. With a ``recorder``, each emitted token's logprobs are
+        recorded from the row it was chosen at: the target model's logits at its position.
+        """
+        offsets, row = [], 0
+        for request in sampled:
+            offsets.append(row)
+            row += 1 + (0 if request.draft is None else len(request.draft))
+        self._verified_rows = row
+        whole = recorder is not None and not recorder.raw  # processed logprobs: the whole chain runs
+        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits, whole)
+        if chosen is not None:
+            emitted = [walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
+            if recorder is not None:  # a plain argmax: raw and processed logprobs are the logits'
+                owners = [i for i, tokens in enumerate(emitted) for _ in tokens]
+                rows = [offsets[i] + (0 if depth == 0 else 1 + sampled[i].accepted_nodes[depth - 1])
+                        for i, tokens in enumerate(emitted) for depth in range(len(tokens))]
+                recorder.record(recorder.score(logits, rows, owners), [t for tokens in emitted for t in tokens],
+                                owners)
+            return emitted
+        current = [ROOT] * len(sampled)
+        active = [True] * len(sampled)
+        emitted = [[] for _ in sampled]
+        lengths = [len(r.output_token_ids) for r in sampled]
+        for request in sampled:
+            request.accepted_nodes = []
+        try:
+            while any(active):
+                rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
+                        for i in range(len(sampled))]
+                batch = logits if rows == list(range(len(logits))) else logits.index_select(0, torch.tensor(rows))
+                owners = [i for i in range(len(sampled)) if active[i]]
+                raw = recorder.score(batch, owners, owners) if recorder is not None and recorder.raw else None
+                if mask is not None and not emitted[0]:
+                    mask(sampled, batch)
+                if recorder is None or raw is not None:
+                    tokens = sampler.sample(sampled, batch)
+                else:
+                    tokens, processed = sampler.sample_processed(sampled, batch)
+                if recorder is not None:
+                    scored = raw if raw is not None else recorder.score(processed, owners, owners)
+                    recorder.record(scored, [tokens[i] for i in owners], owners)
+                for i, request in enumerate(sampled):
+                    if not active[i]:
+                        continue
+                    emitted[i].append(tokens[i])
+                    request.output_token_ids.append(tokens[i])
+                    child = node_child(request.draft, current[i], tokens[i])
+                    if child is None:
+                        active[i] = False
+                    else:
+                        current[i] = child
+                        request.accepted_nodes.append(child)
+        finally:
+            for request, length in zip(sampled, lengths, strict=True):
+                del request.output_token_ids[length:]
+        return emitted
+
+    def commit(self, request: Request, kv_caches: Sequence[torch.Tensor], pool: BlockPool, block_size: int) -> None:
+        """After :meth:`verify` and before the emitted tokens are appended: move accepted keys/values
+        into place, advance the computed count, free blocks holding only rejected nodes, and tell the
+        proposer and the controller (:attr:`stats` counts the draft at :meth:`step_stats`)."""
+        draft = request.draft
+        if draft is None:
+            return
+        accepted = request.accepted_nodes
+        start = request.num_computed_tokens  # the last real token (at start - 1) was computed this step
+        moves = [(start + node, start + depth) for depth, node in enumerate(accepted) if node != depth]
+        if moves:
+            blocks = request.block_ids
+
+            def slot(pos: int) -> int:
+                return blocks[pos // block_size] * block_size + pos % block_size
+
+            src = torch.tensor([slot(s) for s, _ in moves])
+            dst = torch.tensor([slot(d) for _, d in moves])
+            for cache in kv_caches:
+                flat = cache.view(2, -1, *cache.shape[3:])
+                flat[:, dst] = flat[:, src]
+        request.num_computed_tokens += len(accepted)
+        keep = -(-(request.num_computed_tokens + 1) // block_size)
+        if len(request.block_ids) > keep:
+            pool.free(request.block_ids[keep:])
+            del request.block_ids[keep:]
+        self._committed.append((request, draft.node_depths(), len(accepted), len(request.output_token_ids)))
+        self.controller.verified(request.request_id, len(accepted), draft.depth,
+                                 None if draft.scores is None else sum(draft.scores))
+        self.proposer.on_verified(request.request_id, len(accepted))
+        request.draft = None
+
+    def step_stats(self, chunks: Sequence[Any], step_time: float) -> dict[str, Any]:
+        """This step's drafting figures for the step-stats hook (the drafts committed this step are
+        counted here, once the engine has appended their tokens); times a pure decode step for the
+        controller's cost fit."""
+        self._count_committed()
+        tokens = sum(c.num_tokens for c in chunks)
+        if tokens == self._verified_rows:
+            self.controller.observe_step(tokens, step_time)
+        self._verified_rows = 0
+        now, before = self.stats, self._reported
+        self._reported = attrs.evolve(now, accepted_per_position=list(now.accepted_per_position))
+        return {
+            "num_drafts": now.num_drafts - before.num_drafts,
+            "num_draft_tokens": now.num_draft_tokens - before.num_draft_tokens,
+            "num_accepted_tokens": now.num_accepted_tokens - before.num_accepted_tokens,
+            "proposer_time_s": now.proposer_time_s - before.proposer_time_s,
+        }
+
+    def _count_committed(self) -> None:
+        """Add this step's committed drafts to :attr:`stats`, now that the engine has appended what
+        each request emits: a request that finished in the step kept only its first ``kept`` emitted
+        tokens, so draft nodes deeper than ``kept`` count neither as drafted nor as accepted."""
+        for request, depths, accepted, start in self._committed:
+            kept = len(request.output_token_ids) - start
+            end = kept if request.finished else len(depths)
+            self.stats.record(sum(1 for depth in depths if depth <= end), min(accepted, end))
+        self._committed.clear()
+
+    def finished(self, request: Request) -> None:
+        """The request left the engine: drop its state here and in the proposer."""
+        request.draft = None
+        self.controller.forget(request.request_id)
+        try:
+            self.proposer.on_finished(request.request_id)
+        except Exception as error:
+            warnings.warn(f"proposer {self.name!r} failed in on_finished: {type(error).__name__}: {error}",
+                          DraftWarning, stacklevel=2)
