@@ -2,10 +2,10 @@
 
 The oracle follows the order of operations ``include/pyagent/linear_int8.h`` documents, from published
 definitions only: the activations quantized by gguf.quants' Q8_0 (its codes; the scale amax / 127
-kept in float32) and by a numpy transcription of llama.cpp's quantize_row_q8_K_ref; the weights'
-integer sums from gguf.quants.dequantize of the blocks with their float16 scales set to 1 (and the
-minimum to 0: codes times sub-block scales) or to 0 and 1 (minus the sub-block minima); every fused
-multiply-add rounded once (float64, rounded to odd, then to float32). Every ISA variant, both dot
+kept in float32); the weights' integer codes from gguf.quants.dequantize of the blocks with their
+float16 scales set to 1 and minima to 0 (and a K-quant's sub-block scales to 1), the sub-block scales
+from gguf.quants' Q4_K.get_scale_min or Q6_K's signed bytes; every fused multiply-add rounded once
+(float64, rounded to odd, then to float32). Every ISA variant, both dot
 products, AMX's tile path (its products emulated in C here) and the torch fallback must give its bits.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
+from gguf.quants import Q4_K, dequantize, quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,32 +76,52 @@ def q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scales.reshape(x.shape[0], -1), codes.astype(np.int64).reshape(x.shape[0], -1, 32)
 
 
-def q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Activation super-blocks of 256: llama.cpp's quantize_row_q8_K_ref in numpy."""
-    blocks = x.reshape(-1, 256)
-    peak = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]  # the first largest magnitude
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iscale = np.float32(-127) / peak
-        codes = np.minimum(np.rint(iscale[:, None] * blocks), 127)  # nearest_int: halves to even
-        scales = np.float32(1) / iscale
-    codes[peak == 0] = 0
-    scales[peak == 0] = 0
-    return scales.reshape(x.shape[0], -1), codes.astype(np.int64).reshape(x.shape[0], -1, 256)
-
-
 #: Byte offsets of each GGUF block's float16 fields: the scale, then the minimum (Q4_1, Q5_1) or dmin.
 SCALES = {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2),
           "q5_k": (0, 2), "q6_k": (208,)}
 
 
-def with_scales(blocks: np.ndarray, fmt: str, values: tuple[float, ...]) -> np.ndarray:
-    """Dequantized weights ``[out, nb, weights]`` of ``blocks`` with their float16 fields set to ``values``."""
+#: Per K-quant, where its sub-block scales lie in a block and the bytes that make every one 1 (and every
+#: minimum 0): Q4_K and Q5_K pack 6-bit scales and minima in 12 bytes, Q6_K has 16 signed bytes.
+UNIT_SCALES = {"q4_k": (4, [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]), "q5_k": (4, [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]),
+               "q6_k": (192, [1] * 16)}
+
+
+def dequantized(blocks: np.ndarray, fmt: str, halves: tuple[float, ...], unit_scales: bool = False) -> np.ndarray:
+    """gguf.quants.dequantize of ``blocks`` with their float16 fields set to ``halves`` (and, with
+    ``unit_scales``, a K-quant's sub-block scales set to 1): ``[out, nb, weights]``."""
     size, weights = GGUF_BLOCKS[fmt][2], GGUF_BLOCKS[fmt][1]
     changed = blocks.reshape(blocks.shape[0], -1, size).copy()
-    for offset, value in zip(SCALES[fmt], values, strict=True):
+    for offset, value in zip(SCALES[fmt], halves, strict=True):
         changed[..., offset : offset + 2] = np.array([value], dtype=np.float16).view(np.uint8)
+    if unit_scales:
+        offset, unit = UNIT_SCALES[fmt]
+        changed[..., offset : offset + len(unit)] = np.array(unit, dtype=np.uint8)
     flat = dequantize(changed.reshape(blocks.shape[0], -1), GGMLQuantizationType[fmt.upper()])
-    return flat.astype(np.int64).reshape(blocks.shape[0], -1, weights)
+    return flat.reshape(blocks.shape[0], -1, weights)
+
+
+def sub_blocks(blocks: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Each sub-block's integer codes ``[out, n, size]`` (signed as the format defines them, from
+    gguf's dequantization with unit scales), its scale ``[out, n]`` (float32: the float16 d times the
+    sub-block's integer scale, exact) and minimum ``[out, n]`` (Q4_1, Q5_1: m; Q4_K, Q5_K: -(dmin *
+    m); else None); the sub-blocks of a 32-weight format are its blocks."""
+    out = blocks.shape[0]
+    size = GGUF_BLOCKS[fmt][2]
+    per_block = blocks.reshape(out, -1, size)
+    d = half(blocks, fmt, 0)
+    if fmt not in K_QUANTS:
+        codes = dequantized(blocks, fmt, (1.0, 0.0)[: len(SCALES[fmt])]).astype(np.int64)
+        return codes, d, half(blocks, fmt, 1) if fmt in ("q4_1", "q5_1") else None
+    codes = dequantized(blocks, fmt, (1.0, 0.0)[: len(SCALES[fmt])], unit_scales=True).astype(np.int64)
+    if fmt == "q6_k":
+        scales = per_block[..., 192:208].copy().view(np.int8).astype(np.float32)  # [out, nb, 16]
+        return codes.reshape(out, -1, 16), (d[..., None] * scales).reshape(out, -1), None
+    scales, minima = Q4_K.get_scale_min(per_block[..., 4:16].reshape(-1, 12))
+    scales, minima = (v.reshape(out, -1, 8).astype(np.float32) for v in (scales, minima))
+    dmin = half(blocks, fmt, 1)
+    return (codes.reshape(out, -1, 32), (d[..., None] * scales).reshape(out, -1),
+            (-(dmin[..., None] * minima)).reshape(out, -1))
 
 
 def half(blocks: np.ndarray, fmt: str, which: int) -> np.ndarray:
@@ -113,27 +133,24 @@ def half(blocks: np.ndarray, fmt: str, which: int) -> np.ndarray:
 
 def oracle(x: np.ndarray, blocks: np.ndarray, fmt: str) -> np.ndarray:
     """float32 ``x [rows, in] @ W.T`` by the documented order, W the GGUF rows ``blocks``."""
-    k_quant = fmt in K_QUANTS
-    ad, aq = q8_k(x) if k_quant else q8_0(x)
-    unit = with_scales(blocks, fmt, (1.0, 0.0) if len(SCALES[fmt]) == 2 else (1.0,))
-    d = half(blocks, fmt, 0)
+    ad, aq = q8_0(x)
+    ds = ad * aq.sum(-1).astype(np.float32)
+    codes, scales, minima = sub_blocks(blocks, fmt)
+    size = codes.shape[-1]
+    acts = aq.reshape(x.shape[0], -1, size)
     y = np.zeros((x.shape[0], blocks.shape[0]), dtype=np.float32)
-    for b in range(ad.shape[1]):
-        sums = aq[:, b] @ unit[:, b].T  # exact integers
-        y = fma32(d[None, :, b] * ad[:, b, None], sums.astype(np.float32), y)
-        if fmt in ("q4_1", "q5_1"):  # the minimum times the activation block's d * s
-            y = fma32(half(blocks, fmt, 1)[None, :, b], ad[:, b, None] * aq[:, b].sum(-1, keepdims=True)
-                      .astype(np.float32), y)
-        if fmt in ("q4_k", "q5_k"):
-            minus_minima = with_scales(blocks, fmt, (0.0, 1.0))
-            mins = -(aq[:, b] @ minus_minima[:, b].T)
-            y = fma32(-(half(blocks, fmt, 1)[None, :, b] * ad[:, b, None]), mins.astype(np.float32), y)
+    for j in range(codes.shape[1]):  # every sub-block in turn
+        block = j * size // 32  # its activation block
+        sums = acts[:, j] @ codes[:, j].T  # exact integers
+        y = fma32(scales[None, :, j] * ad[:, block, None], sums.astype(np.float32), y)
+        if minima is not None:
+            y = fma32(np.broadcast_to(minima[None, :, j], y.shape), np.broadcast_to(ds[:, block, None], y.shape), y)
     return y
 
 
 def activations(rows: int, inner: int, seed: int) -> torch.Tensor:
     """Random rows with a few edge cases: a zero block, and a block whose largest magnitude occurs with
-    both signs (Q8_K keeps the first)."""
+    both signs."""
     x = torch.randn(rows, inner, generator=torch.Generator().manual_seed(seed)) * 3
     x[0, :32] = 0
     if rows > 1:
@@ -217,29 +234,23 @@ def test_a_stack_of_formats_is_each_part_side_by_side(parts: tuple[str, ...]) ->
 
 
 @needs_c
-@pytest.mark.parametrize("block", [32, 256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_activation_blocks_are_llama_cpp_s(c_isa: str, block: int, dtype: torch.dtype) -> None:
+def test_activation_blocks_are_llama_cpp_s(c_isa: str, dtype: torch.dtype) -> None:
     """pak_int8_quantize gives the oracle's codes and scales, and the sums of the codes it documents
     (the portable quantizer and AVX-512's)."""
     ffi, lib = load().ffi, load().lib
     x = activations(6, 512, seed=7).to(dtype)
-    count = 6 * 512 // block
-    kind = "pak_int8_act32" if block == 32 else "pak_int8_act256"
-    out = ffi.new(f"{kind}[]", count)
-    assert lib.pak_int8_quantize(ffi.cast("void *", x.data_ptr()), dtype == torch.bfloat16, 6, 512, block, out) == 0
-    scales, codes = (q8_0 if block == 32 else q8_k)(x.float().numpy())
-    got_codes = np.array([list(out[i].q) for i in range(count)]).reshape(codes.shape)
-    np.testing.assert_array_equal(got_codes, codes)
+    count = 6 * 512 // 32
+    out = ffi.new("pak_int8_act32[]", count)
+    assert lib.pak_int8_quantize(ffi.cast("void *", x.data_ptr()), dtype == torch.bfloat16, 6, 512, out) == 0
+    scales, codes = q8_0(x.float().numpy())
+    np.testing.assert_array_equal(np.array([list(out[i].q) for i in range(count)]).reshape(codes.shape), codes)
     np.testing.assert_array_equal(np.array([out[i].d for i in range(count)], dtype=np.float32), scales.ravel())
-    flat = codes.reshape(count, block)
-    if block == 32:
-        assert [out[i].s for i in range(count)] == flat.sum(-1).tolist()
-        products = scales.ravel() * flat.sum(-1).astype(np.float32)
-        np.testing.assert_array_equal(np.array([out[i].ds for i in range(count)], dtype=np.float32), products)
-    else:
-        assert [list(out[i].sum16) for i in range(count)] == flat.reshape(count, 16, 16).sum(-1).tolist()
-        assert [list(out[i].sum32) for i in range(count)] == flat.reshape(count, 8, 32).sum(-1).tolist()
+    flat = codes.reshape(count, 32)
+    assert [out[i].s for i in range(count)] == flat.sum(-1).tolist()
+    assert [list(out[i].half) for i in range(count)] == flat.reshape(count, 2, 16).sum(-1).tolist()
+    products = scales.ravel() * flat.sum(-1).astype(np.float32)
+    np.testing.assert_array_equal(np.array([out[i].ds for i in range(count)], dtype=np.float32), products)
 
 
 # --- the layout ----------------------------------------------------------------------------------

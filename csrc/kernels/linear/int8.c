@@ -29,11 +29,6 @@
 typedef void (*i8_group_fn)(int wtype, const uint8_t *group, int64_t in, const void *act, int64_t rows,
                             const i8_out *o, int64_t col, int valid);
 
-static inline int is_k_quant(int wtype)
-{
-    return wtype == I8_Q4_K || wtype == I8_Q5_K || wtype == I8_Q6_K;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * The portable variant. */
 
@@ -41,15 +36,16 @@ static void i8_group_generic(int wtype, const uint8_t *group, int64_t in, const 
                              const i8_out *o, int64_t col, int valid)
 {
     const i8_format *f = i8_format_of(wtype);
-    const int64_t nb = in / f->block;
+    const int64_t nb = in / f->block, per = f->block / 32; /* activation blocks per weight block */
     uint8_t block[256];
     for (int r = 0; r < valid; ++r)
         for (int64_t m = 0; m < rows; ++m) {
+            const pak_int8_act32 *a = (const pak_int8_act32 *)act + m * (in / 32);
             float y = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
                 i8_gather_block(f, wtype, group, nb, r, b, block);
-                y = f->block == 32 ? i8_block32_scalar(wtype, block, (const pak_int8_act32 *)act + m * nb + b, y)
-                                   : i8_block256_scalar(wtype, block, (const pak_int8_act256 *)act + m * nb + b, y);
+                y = per == 1 ? i8_block32_scalar(wtype, block, a + b, y)
+                             : i8_block256_scalar(wtype, block, a + per * b, y);
             }
             if (o->y_f32)
                 ((float *)o->y)[m * o->ldy + col + r] = y;
@@ -158,17 +154,17 @@ int64_t pak_int8_group_bytes(int wtype, int64_t in)
     return in / f->block * f->block_bytes * G_ROWS;
 }
 
-static int64_t act_bytes(int block, int64_t rows, int64_t in)
+/* Bytes of the quantized activations of `rows` rows of `in` values. */
+static int64_t act_bytes(int64_t rows, int64_t in)
 {
-    return rows * (in / block) * (int64_t)(block == 32 ? sizeof(pak_int8_act32) : sizeof(pak_int8_act256));
+    return rows * (in / 32) * (int64_t)sizeof(pak_int8_act32);
 }
 
 typedef struct {
     const void *x;
     int x_bf16;
     int64_t in;
-    int block;
-    void *out;
+    pak_int8_act32 *out;
 } quantize_job;
 
 static void quantize_rows(const void *ctx, int64_t m0, int64_t m1, int worker)
@@ -177,70 +173,55 @@ static void quantize_rows(const void *ctx, int64_t m0, int64_t m1, int worker)
     const quantize_job *job = ctx;
 #if PAK_X86_VARIANTS
     if (pak_isa_active() == PAK_ISA_AVX512) {
-        if (job->block == 32)
-            i8_quantize32_rows_avx512(job->x, job->x_bf16, job->in, m0, m1, job->out);
-        else
-            i8_quantize256_rows_avx512(job->x, job->x_bf16, job->in, m0, m1, job->out);
+        i8_quantize32_rows_avx512(job->x, job->x_bf16, job->in, m0, m1, job->out);
         return;
     }
 #endif
-    const int64_t nb = job->in / job->block;
+    const int64_t nb = job->in / 32;
     for (int64_t m = m0; m < m1; ++m)
-        for (int64_t b = 0; b < nb; ++b) {
-            const int64_t start = m * job->in + b * job->block;
-            if (job->block == 32)
-                i8_quantize32(job->x, job->x_bf16, start, (pak_int8_act32 *)job->out + m * nb + b);
-            else
-                i8_quantize256(job->x, job->x_bf16, start, (pak_int8_act256 *)job->out + m * nb + b);
-        }
+        for (int64_t b = 0; b < nb; ++b)
+            i8_quantize32(job->x, job->x_bf16, m * job->in + b * 32, job->out + m * nb + b);
 }
 
-static void quantize(const void *x, int x_bf16, int64_t rows, int64_t in, int block, void *out, int threads)
+static void quantize(const void *x, int x_bf16, int64_t rows, int64_t in, pak_int8_act32 *out, int threads)
 {
-    const quantize_job job = {x, x_bf16, in, block, out};
+    const quantize_job job = {x, x_bf16, in, out};
     if (rows * in < (1 << 16))
         threads = 1;
     pak_pool_run(quantize_rows, &job, rows, 8, threads);
 }
 
-int pak_int8_quantize(const void *x, int x_bf16, int64_t rows, int64_t in, int block, void *out)
+int pak_int8_quantize(const void *x, int x_bf16, int64_t rows, int64_t in, pak_int8_act32 *out)
 {
-    if ((block != 32 && block != 256) || rows < 0 || in <= 0 || in % block != 0)
+    if (rows < 0 || in <= 0 || in % 32 != 0)
         return PAK_EINVAL;
     if (rows > 0 && (x == NULL || out == NULL))
         return PAK_EINVAL;
-    quantize(x, x_bf16, rows, in, block, out, 1);
+    quantize(x, x_bf16, rows, in, out, 1);
     return PAK_OK;
 }
 
-/* Which activation blocks the parts need: bit 0 for 32, bit 1 for 256; -1 when a part is invalid. */
-static int blocks_needed(const pak_int8_part *parts, int nparts, int64_t in)
+/* Whether every part is valid for `in`. */
+static int parts_valid(const pak_int8_part *parts, int nparts, int64_t in)
 {
-    int needed = 0;
-    for (int p = 0; p < nparts; ++p) {
-        if (parts[p].out < 0 || pak_int8_group_bytes(parts[p].wtype, in) == 0
-            || (parts[p].out > 0 && parts[p].w == NULL))
-            return -1;
-        needed |= is_k_quant(parts[p].wtype) ? 2 : 1;
-    }
-    return needed;
+    for (int p = 0; p < nparts; ++p)
+        if (parts[p].out < 0 || pak_int8_group_bytes(parts[p].wtype, in) == 0 || (parts[p].out > 0 && parts[p].w == NULL))
+            return 0;
+    return 1;
 }
 
 int64_t pak_int8_scratch_bytes(const pak_int8_part *parts, int nparts, int64_t rows, int64_t in)
 {
-    const int needed = parts == NULL || nparts < 0 || rows < 0 ? -1 : blocks_needed(parts, nparts, in);
-    if (needed <= 0)
+    if (parts == NULL || nparts <= 0 || rows < 0 || !parts_valid(parts, nparts, in))
         return 0;
-    /* each section rounded up to 64 bytes */
-    return (needed & 1 ? (act_bytes(32, rows, in) + 63) / 64 * 64 : 0)
-           + (needed & 2 ? (act_bytes(256, rows, in) + 63) / 64 * 64 : 0);
+    return (act_bytes(rows, in) + 63) / 64 * 64;
 }
 
 typedef struct {
     const pak_int8_part *parts;
     int nparts;
     int64_t rows, in;
-    const void *act32, *act256;
+    const pak_int8_act32 *act;
     i8_out out;
     i8_group_fn group;
     i8_tile_sums_fn tiles; /* AMX's tile products (or their emulation) for this call, or NULL */
@@ -272,17 +253,16 @@ static void run_groups(const void *ctx, int64_t g0, int64_t g1, int worker)
         const int64_t index = g - first, left = part->out - index * G_ROWS;
         const int64_t group_bytes = pak_int8_group_bytes(part->wtype, job->in);
         const uint8_t *group = part->w + index * group_bytes;
-        const void *act = is_k_quant(part->wtype) ? job->act256 : job->act32;
         const int valid = left < G_ROWS ? (int)left : G_ROWS;
         prefetch_group(group + group_bytes, group_bytes);
 #if PAK_X86_VARIANTS
         if (job->tiles != NULL) {
-            i8_group_tiles_avx512(part->wtype, group, job->in, act, job->rows, &job->out, col + index * G_ROWS,
+            i8_group_tiles_avx512(part->wtype, group, job->in, job->act, job->rows, &job->out, col + index * G_ROWS,
                                   valid, job->tiles);
             continue;
         }
 #endif
-        job->group(part->wtype, group, job->in, act, job->rows, &job->out, col + index * G_ROWS, valid);
+        job->group(part->wtype, group, job->in, job->act, job->rows, &job->out, col + index * G_ROWS, valid);
     }
 #if PAK_X86_VARIANTS
     if (job->tiles != NULL)
@@ -293,10 +273,7 @@ static void run_groups(const void *ctx, int64_t g0, int64_t g1, int worker)
 int pak_linear_int8(const void *x, int x_bf16, const pak_int8_part *parts, int nparts, void *y, int y_f32,
                     int64_t rows, int64_t in, void *scratch, int threads)
 {
-    if (rows < 0 || nparts < 0 || (nparts > 0 && parts == NULL))
-        return PAK_EINVAL;
-    const int needed = blocks_needed(parts, nparts, in);
-    if (needed < 0)
+    if (rows < 0 || nparts < 0 || (nparts > 0 && parts == NULL) || !parts_valid(parts, nparts, in))
         return PAK_EINVAL;
     int64_t out = 0, groups = 0;
     for (int p = 0; p < nparts; ++p) {
@@ -313,18 +290,9 @@ int pak_linear_int8(const void *x, int x_bf16, const pak_int8_part *parts, int n
         if (scratch == NULL)
             return PAK_ENOMEM;
     }
-    product_job job = {.parts = parts, .nparts = nparts, .rows = rows, .in = in,
+    product_job job = {.parts = parts, .nparts = nparts, .rows = rows, .in = in, .act = scratch,
                        .out = {y, y_f32 != 0, out}, .group = choose().group};
-    uint8_t *next = scratch;
-    if (needed & 1) {
-        job.act32 = next;
-        quantize(x, x_bf16, rows, in, 32, next, threads);
-        next += (act_bytes(32, rows, in) + 63) / 64 * 64;
-    }
-    if (needed & 2) {
-        job.act256 = next;
-        quantize(x, x_bf16, rows, in, 256, next, threads);
-    }
+    quantize(x, x_bf16, rows, in, scratch, threads);
     if (rows >= I8_AMX_MIN_ROWS && pak_isa_active() == PAK_ISA_AVX512)
         job.tiles = i8_amx_tiles();
     if (rows * out * in < (1 << 16)) /* too little work to share */

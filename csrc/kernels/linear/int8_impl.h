@@ -281,9 +281,11 @@ PAK_INLINE void PAK_V(i8_tile_q8_0)(const uint8_t *group, int64_t nb, int half, 
 
 /* --- K-quants ---------------------------------------------------------------------------------- */
 
-/* Q4_K and Q5_K, as i8_tile_nibbles over super-blocks. */
+/* Q4_K and Q5_K, as i8_tile_nibbles over super-blocks: a[i][8b + j] is row i's activation block of
+ * sub-block j of super-block b; each sub-block is then a block with the scale d * sc and the minimum
+ * -(dmin * m) (exact products). */
 PAK_INLINE void PAK_V(i8_tile_q45_k)(int wtype, const uint8_t *group, int64_t nb, int half, int mr,
-                                     const pak_int8_act256 *const *a, VF *y)
+                                     const pak_int8_act32 *const *a, VF *y)
 {
     const int five = wtype == I8_Q5_K;
     const I8V(sections) at = PAK_V(i8_sections)(wtype, group, nb, half);
@@ -293,74 +295,60 @@ PAK_INLINE void PAK_V(i8_tile_q45_k)(int wtype, const uint8_t *group, int64_t nb
         const VI cols[3] = {vi_load(at.scales + (b * 3) * COLUMN_BYTES),
                             vi_load(at.scales + (b * 3 + 1) * COLUMN_BYTES),
                             vi_load(at.scales + (b * 3 + 2) * COLUMN_BYTES)};
-        VI total[I8_MR];
-        for (int i = 0; i < mr; ++i)
-            total[i] = vi_zero();
+        const VF wd = vf_half(at.d + b * HALF_BYTES), wm = vf_half(at.m + b * HALF_BYTES);
         for (int c = 0; c < 4; ++c) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */
-            VI lo_acc[I8_MR], hi_acc[I8_MR];
+            VI acc[2][I8_MR];
             for (int i = 0; i < mr; ++i)
-                lo_acc[i] = hi_acc[i] = vi_zero();
+                acc[0][i] = acc[1][i] = vi_zero();
             for (int k = 0; k < 8; ++k) {
-                VI lo, hi;
+                VI codes[2];
                 const VI high = five ? vi_load(at.qh + (b * 8 + k) * COLUMN_BYTES) : vi_zero();
-                PAK_V(i8_nibble_codes)(vi_load(at.qs + (b * 32 + c * 8 + k) * COLUMN_BYTES), five, high, c, &lo, &hi);
+                PAK_V(i8_nibble_codes)(vi_load(at.qs + (b * 32 + c * 8 + k) * COLUMN_BYTES), five, high, c, &codes[0],
+                                       &codes[1]);
+                for (int h = 0; h < 2; ++h)
+                    for (int i = 0; i < mr; ++i)
+                        acc[h][i] = PAK_V(i8_dot)(acc[h][i], codes[h], PAK_V(i8_bcast)(a[i][8 * b + 2 * c + h].q + 4 * k));
+            }
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h;
+                const VF scale = vf_mul(wd, vf_from_i(PAK_V(i8_scale_k4)(cols, j, 0)));
+                const VF minimum = vf_mul(wm, vf_from_i(PAK_V(i8_scale_k4)(cols, j, 1)));
                 for (int i = 0; i < mr; ++i) {
-                    lo_acc[i] = PAK_V(i8_dot)(lo_acc[i], lo, PAK_V(i8_bcast)(a[i][b].q + 64 * c + 4 * k));
-                    hi_acc[i] = PAK_V(i8_dot)(hi_acc[i], hi, PAK_V(i8_bcast)(a[i][b].q + 64 * c + 32 + 4 * k));
+                    const pak_int8_act32 *act = &a[i][8 * b + j];
+                    y[i] = vf_fma(vf_mul(scale, vf_set1(act->d)), vf_from_i(acc[h][i]), y[i]);
+                    y[i] = vf_fnma(minimum, vf_set1(act->ds), y[i]);
                 }
             }
-            const VI lo_scale = PAK_V(i8_scale_k4)(cols, 2 * c, 0), hi_scale = PAK_V(i8_scale_k4)(cols, 2 * c + 1, 0);
-            for (int i = 0; i < mr; ++i)
-                total[i] = vi_add(total[i], vi_add(vi_mullo(lo_acc[i], lo_scale), vi_mullo(hi_acc[i], hi_scale)));
-        }
-        VI mins[I8_MR], pairs[4]; /* minima 2j and 2j + 1 as the 16-bit halves of a lane */
-        for (int j = 0; j < 4; ++j)
-            pairs[j] = vi_or(PAK_V(i8_scale_k4)(cols, 2 * j, 1), vi_slli(PAK_V(i8_scale_k4)(cols, 2 * j + 1, 1), 16));
-        for (int i = 0; i < mr; ++i) {
-            mins[i] = vi_zero();
-            for (int j = 0; j < 4; ++j) /* the activations' sums over sub-blocks 2j and 2j + 1, as 16-bit halves */
-                mins[i] = PAK_V(i8_dot16)(mins[i], pairs[j], PAK_V(i8_bcast)((const int8_t *)(a[i][b].sum32 + 2 * j)));
-        }
-        const VF wd = vf_half(at.d + b * HALF_BYTES), wm = vf_half(at.m + b * HALF_BYTES);
-        for (int i = 0; i < mr; ++i) {
-            const VF ad = vf_set1(a[i][b].d);
-            y[i] = vf_fma(vf_mul(wd, ad), vf_from_i(total[i]), y[i]);
-            y[i] = vf_fnma(vf_mul(wm, ad), vf_from_i(mins[i]), y[i]);
         }
     }
 }
 
-/* Q6_K, as i8_tile_nibbles over super-blocks: sub-block s (16 weights, scale s) of half n = s / 8 is
- * part p = s % 8 / 2 (ql's low or high halves, of bytes 0..31 or 32..63 of the half's 64, with qh's
- * bits 2p and 2p + 1) of positions l = 16 (s % 2) .. + 15. */
+/* Q6_K, as i8_tile_q45_k: sub-block s (16 weights, scale s) of half n = s / 8 is part p = s % 8 / 2
+ * (ql's low or high halves, of bytes 0..31 or 32..63 of the half's 64, with qh's bits 2p and 2p + 1)
+ * of positions l = 16 (s % 2) .. + 15; its activations are half s % 2 of block 8b + s / 2. */
 PAK_INLINE void PAK_V(i8_tile_q6_k)(const uint8_t *group, int64_t nb, int half, int mr,
-                                    const pak_int8_act256 *const *a, VF *y)
+                                    const pak_int8_act32 *const *a, VF *y)
 {
     const I8V(sections) at = PAK_V(i8_sections)(I8_Q6_K, group, nb, half);
     for (int i = 0; i < mr; ++i)
         y[i] = vf_zero();
     for (int64_t b = 0; b < nb; ++b) {
-        VI total[I8_MR];
-        for (int i = 0; i < mr; ++i)
-            total[i] = vi_zero();
+        const VF wd = vf_half(at.d + b * HALF_BYTES);
         for (int s = 0; s < 16; ++s) {
             const int n = s / 8, p = s % 8 / 2, first = 4 * (s % 2);
             VI acc[I8_MR]; /* start at -32 x the activations' sum: the sums of codes - 32 */
             for (int i = 0; i < mr; ++i)
-                acc[i] = vi_set1(-32 * a[i][b].sum16[s]);
+                acc[i] = vi_set1(-32 * a[i][8 * b + s / 2].half[s % 2]);
             for (int k = first; k < first + 4; ++k) {
                 const VI code = PAK_V(i8_q6_codes)(vi_load(at.qs + (b * 32 + n * 16 + (p & 1) * 8 + k) * COLUMN_BYTES),
                                                    vi_load(at.qh + (b * 16 + n * 8 + k) * COLUMN_BYTES), p);
                 for (int i = 0; i < mr; ++i)
-                    acc[i] = PAK_V(i8_dot)(acc[i], code, PAK_V(i8_bcast)(a[i][b].q + 128 * n + 32 * p + 4 * k));
+                    acc[i] = PAK_V(i8_dot)(acc[i], code, PAK_V(i8_bcast)(a[i][8 * b + s / 2].q + 4 * k));
             }
-            const VI scale = PAK_V(i8_scale_q6)(vi_load(at.scales + (b * 4 + s / 4) * COLUMN_BYTES), s);
+            const VF scale = vf_mul(wd, vf_from_i(PAK_V(i8_scale_q6)(vi_load(at.scales + (b * 4 + s / 4) * COLUMN_BYTES), s)));
             for (int i = 0; i < mr; ++i)
-                total[i] = vi_add(total[i], vi_mullo(acc[i], scale));
+                y[i] = vf_fma(vf_mul(scale, vf_set1(a[i][8 * b + s / 2].d)), vf_from_i(acc[i]), y[i]);
         }
-        const VF wd = vf_half(at.d + b * HALF_BYTES);
-        for (int i = 0; i < mr; ++i)
-            y[i] = vf_fma(vf_mul(wd, vf_set1(a[i][b].d)), vf_from_i(total[i]), y[i]);
     }
 }
 
@@ -410,16 +398,13 @@ static void PAK_V(i8_group)(int wtype, const uint8_t *group, int64_t in, const v
         for (int64_t m0 = 0; m0 < rows; m0 += most) {
             const int mr = rows - m0 < most ? (int)(rows - m0) : most;
             VF y[I8_MR];
-            const pak_int8_act32 *a32[I8_MR];
-            const pak_int8_act256 *a256[I8_MR];
-            for (int i = 0; i < mr; ++i) {
-                a32[i] = (const pak_int8_act32 *)act + (m0 + i) * nb;
-                a256[i] = (const pak_int8_act256 *)act + (m0 + i) * nb;
-            }
+            const pak_int8_act32 *a32[I8_MR]; /* each row's activation blocks */
+            for (int i = 0; i < mr; ++i)
+                a32[i] = (const pak_int8_act32 *)act + (m0 + i) * (in / 32);
 #define NIBBLES(r) PAK_V(i8_tile_nibbles)(wtype, group, nb, half, r, a32, y)
 #define Q8_0(r) PAK_V(i8_tile_q8_0)(group, nb, half, r, a32, y)
-#define Q45_K(r) PAK_V(i8_tile_q45_k)(wtype, group, nb, half, r, a256, y)
-#define Q6_K(r) PAK_V(i8_tile_q6_k)(group, nb, half, r, a256, y)
+#define Q45_K(r) PAK_V(i8_tile_q45_k)(wtype, group, nb, half, r, a32, y)
+#define Q6_K(r) PAK_V(i8_tile_q6_k)(group, nb, half, r, a32, y)
             switch (wtype) {
             case I8_Q4_0:
             case I8_Q4_1:
@@ -479,7 +464,6 @@ static void PAK_V(i8_quantize32_rows)(const void *x, int x_bf16, int64_t in, int
             const VF v[2] = {PAK_V(i8_load16)(x, x_bf16, start), PAK_V(i8_load16)(x, x_bf16, start + 16)};
             const float amax = PAK_V(i8_amax)(v, 2), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             pak_int8_act32 *block = out + m * nb + b;
-            VI sum = vi_zero();
             for (int h = 0; h < 2; ++h) {
                 const VF scaled = PAK_V(i8_clamp16)(vf_mul(v[h], vf_set1(id)), -127.0f, 127.0f);
                 const VF whole = _mm512_roundscale_ps(scaled, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -488,54 +472,14 @@ static void PAK_V(i8_quantize32_rows)(const void *x, int x_bf16, int64_t in, int
                 q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(rest, vf_set1(0.5f), _CMP_GE_OQ), q, vi_set1(1));
                 q = _mm512_mask_sub_epi32(q, _mm512_cmp_ps_mask(rest, vf_set1(-0.5f), _CMP_LE_OQ), q, vi_set1(1));
                 _mm_storeu_si128((__m128i *)(block->q + 16 * h), _mm512_cvtepi32_epi8(q));
-                sum = vi_add(sum, q);
+                block->half[h] = (int16_t)_mm512_reduce_add_epi32(q);
             }
             block->d = d;
-            block->s = _mm512_reduce_add_epi32(sum);
+            block->s = block->half[0] + block->half[1];
             block->ds = d * (float)block->s;
         }
 }
 
-/* i8_quantize256, 16 lanes at a time. */
-static void PAK_V(i8_quantize256_rows)(const void *x, int x_bf16, int64_t in, int64_t m0, int64_t m1,
-                                       pak_int8_act256 *out)
-{
-    const int64_t nb = in / 256;
-    for (int64_t m = m0; m < m1; ++m)
-        for (int64_t b = 0; b < nb; ++b) {
-            const int64_t start = m * in + b * 256;
-            VF v[16];
-            for (int i = 0; i < 16; ++i)
-                v[i] = PAK_V(i8_load16)(x, x_bf16, start + 16 * i);
-            const float amax = PAK_V(i8_amax)(v, 16);
-            pak_int8_act256 *block = out + m * nb + b;
-            memset(block, 0, sizeof *block);
-            if (amax == 0.0f || !(amax <= 3.4e38f))
-                continue;
-            float max = 0.0f; /* the first value of largest magnitude */
-            for (int i = 0; i < 16; ++i) {
-                const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), vf_set1(amax), _CMP_EQ_OQ);
-                if (hit) {
-                    float lanes[16];
-                    vf_store(lanes, v[i]);
-                    max = lanes[__builtin_ctz(hit)];
-                    break;
-                }
-            }
-            const float iscale = -127.0f / max;
-            for (int i = 0; i < 16; ++i) {
-                const VF scaled = PAK_V(i8_clamp16)(vf_mul(vf_set1(iscale), v[i]), -128.0f, 127.0f);
-                const VI q = _mm512_min_epi32(_mm512_cvt_roundps_epi32(scaled, _MM_FROUND_TO_NEAREST_INT |
-                                                                                   _MM_FROUND_NO_EXC),
-                                              vi_set1(127));
-                _mm_storeu_si128((__m128i *)(block->q + 16 * i), _mm512_cvtepi32_epi8(q));
-                block->sum16[i] = (int16_t)_mm512_reduce_add_epi32(q);
-            }
-            for (int i = 0; i < 8; ++i)
-                block->sum32[i] = (int16_t)(block->sum16[2 * i] + block->sum16[2 * i + 1]);
-            block->d = 1.0f / iscale;
-        }
-}
 #endif
 
 /* --- AMX tiles (the AVX-512 variant only: every CPU with AMX has AVX-512) ---------------------- */
@@ -614,7 +558,7 @@ static void PAK_V(i8_group_tiles)(int wtype, const uint8_t *group, int64_t in, c
 {
     const int k_quant = wtype == I8_Q4_K || wtype == I8_Q5_K || wtype == I8_Q6_K;
     const int has_min = wtype == I8_Q4_1 || wtype == I8_Q5_1;
-    const int64_t nb = in / (k_quant ? 256 : 32);
+    const int64_t nb = in / (k_quant ? 256 : 32), blocks = in / 32;
     int8_t *buffer = PAK_V(i8_codes_buffer)(in * G_ROWS);
     if (buffer == NULL) {
         PAK_V(i8_group)(wtype, group, in, act, rows, o, col, valid);
@@ -628,55 +572,49 @@ static void PAK_V(i8_group_tiles)(int wtype, const uint8_t *group, int64_t in, c
         VF y[G_ROWS];
         for (int i = 0; i < mr; ++i)
             y[i] = vf_zero();
+        const pak_int8_act32 *a = (const pak_int8_act32 *)act + m0 * blocks; /* row i's block j: a[i * blocks + j] */
+        const int64_t stride = blocks * (int64_t)sizeof *a;
         if (!k_quant) {
-            const pak_int8_act32 *a = (const pak_int8_act32 *)act + m0 * nb;
             for (int64_t b = 0; b < nb; ++b) {
-                sums(a[b].q, nb * (int64_t)sizeof *a, mr, codes + b * 8 * COLUMN_BYTES, 32, c);
+                sums(a[b].q, stride, mr, codes + b * 8 * COLUMN_BYTES, 32, c);
                 const VF wd = vf_half(at.d + b * HALF_BYTES);
                 const VF wm = has_min ? vf_half(at.m + b * HALF_BYTES) : vf_zero();
                 for (int i = 0; i < mr; ++i) {
-                    const VF ad = vf_set1(a[i * nb + b].d);
+                    const VF ad = vf_set1(a[i * blocks + b].d);
                     y[i] = vf_fma(vf_mul(wd, ad), vf_from_i(vi_load(c + G_ROWS * i)), y[i]);
                     if (has_min)
-                        y[i] = vf_fma(wm, vf_set1(a[i * nb + b].ds), y[i]);
+                        y[i] = vf_fma(wm, vf_set1(a[i * blocks + b].ds), y[i]);
+                }
+            }
+        } else if (wtype == I8_Q6_K) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const VF wd = vf_half(at.d + b * HALF_BYTES);
+                for (int s = 0; s < 16; ++s) {
+                    const int64_t j = 8 * b + s / 2;
+                    sums(a[j].q + 16 * (s % 2), stride, mr, codes + (b * 64 + s * 4) * COLUMN_BYTES, 16, c);
+                    const VF scale = vf_mul(wd, vf_from_i(PAK_V(i8_scale_q6)(
+                        vi_load(at.scales + (b * 4 + s / 4) * COLUMN_BYTES), s)));
+                    for (int i = 0; i < mr; ++i)
+                        y[i] = vf_fma(vf_mul(scale, vf_set1(a[i * blocks + j].d)), vf_from_i(vi_load(c + G_ROWS * i)),
+                                      y[i]);
                 }
             }
         } else {
-            const pak_int8_act256 *a = (const pak_int8_act256 *)act + m0 * nb;
-            const int64_t stride = nb * (int64_t)sizeof *a;
             for (int64_t b = 0; b < nb; ++b) {
-                VI total[G_ROWS];
-                for (int i = 0; i < mr; ++i)
-                    total[i] = vi_zero();
-                const VF wd = vf_half(at.d + b * HALF_BYTES);
-                if (wtype == I8_Q6_K) {
-                    for (int s = 0; s < 16; ++s) {
-                        sums(a[b].q + 16 * s, stride, mr, codes + (b * 64 + s * 4) * COLUMN_BYTES, 16, c);
-                        const VI scale = PAK_V(i8_scale_q6)(vi_load(at.scales + (b * 4 + s / 4) * COLUMN_BYTES), s);
-                        for (int i = 0; i < mr; ++i)
-                            total[i] = vi_add(total[i], vi_mullo(vi_load(c + G_ROWS * i), scale));
-                    }
-                    for (int i = 0; i < mr; ++i)
-                        y[i] = vf_fma(vf_mul(wd, vf_set1(a[i * nb + b].d)), vf_from_i(total[i]), y[i]);
-                    continue;
-                }
                 const VI cols[3] = {vi_load(at.scales + (b * 3) * COLUMN_BYTES),
                                     vi_load(at.scales + (b * 3 + 1) * COLUMN_BYTES),
                                     vi_load(at.scales + (b * 3 + 2) * COLUMN_BYTES)};
-                for (int j = 0; j < 8; ++j) {
-                    sums(a[b].q + 32 * j, stride, mr, codes + (b * 64 + j * 8) * COLUMN_BYTES, 32, c);
-                    const VI scale = PAK_V(i8_scale_k4)(cols, j, 0);
-                    for (int i = 0; i < mr; ++i)
-                        total[i] = vi_add(total[i], vi_mullo(vi_load(c + G_ROWS * i), scale));
-                }
-                const VF wm = vf_half(at.m + b * HALF_BYTES);
-                for (int i = 0; i < mr; ++i) {
-                    VI mins = vi_zero();
-                    for (int j = 0; j < 8; ++j)
-                        mins = vi_add(mins, vi_mullo(PAK_V(i8_scale_k4)(cols, j, 1), vi_set1(a[i * nb + b].sum32[j])));
-                    const VF ad = vf_set1(a[i * nb + b].d);
-                    y[i] = vf_fma(vf_mul(wd, ad), vf_from_i(total[i]), y[i]);
-                    y[i] = vf_fnma(vf_mul(wm, ad), vf_from_i(mins), y[i]);
+                const VF wd = vf_half(at.d + b * HALF_BYTES), wm = vf_half(at.m + b * HALF_BYTES);
+                for (int sub = 0; sub < 8; ++sub) {
+                    const int64_t j = 8 * b + sub;
+                    sums(a[j].q, stride, mr, codes + (b * 64 + sub * 8) * COLUMN_BYTES, 32, c);
+                    const VF scale = vf_mul(wd, vf_from_i(PAK_V(i8_scale_k4)(cols, sub, 0)));
+                    const VF minimum = vf_mul(wm, vf_from_i(PAK_V(i8_scale_k4)(cols, sub, 1)));
+                    for (int i = 0; i < mr; ++i) {
+                        y[i] = vf_fma(vf_mul(scale, vf_set1(a[i * blocks + j].d)), vf_from_i(vi_load(c + G_ROWS * i)),
+                                      y[i]);
+                        y[i] = vf_fnma(minimum, vf_set1(a[i * blocks + j].ds), y[i]);
+                    }
                 }
             }
         }

@@ -39,15 +39,6 @@ static inline int i8_round_away(float v)
     return t + (rest >= 0.5f) - (rest <= -0.5f);
 }
 
-/* llama.cpp's nearest_int: halves to even, for |v| <= 4194303. */
-static inline int i8_round_even(float v)
-{
-    const float shifted = v + 12582912.f;
-    int32_t bits;
-    memcpy(&bits, &shifted, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-}
-
 /* One block of 32 values as llama.cpp's Q8_0, the scale kept in float32. */
 static inline void i8_quantize32(const void *x, int x_bf16, int64_t start, pak_int8_act32 *out)
 {
@@ -58,46 +49,17 @@ static inline void i8_quantize32(const void *x, int x_bf16, int64_t start, pak_i
         amax = ax > amax ? ax : amax; /* NaN never wins */
     }
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
+    int32_t half[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
         const int q = i8_round_away(i8_clamp(v[j] * id, -127.0f, 127.0f));
         out->q[j] = (int8_t)q;
-        sum += q;
+        half[j / 16] += q;
     }
     out->d = d;
-    out->s = sum;
-    out->ds = d * (float)sum;
-}
-
-/* One super-block of 256 values as llama.cpp's Q8_K (quantize_row_q8_K_ref). */
-static inline void i8_quantize256(const void *x, int x_bf16, int64_t start, pak_int8_act256 *out)
-{
-    float v[256], amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 256; ++j) {
-        v[j] = i8_input(x, x_bf16, start + j);
-        const float ax = fabsf(v[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = v[j];
-        }
-    }
-    memset(out, 0, sizeof *out);
-    if (amax == 0.0f || !(amax <= 3.4e38f)) /* zero, or a non-finite maximum: all zero */
-        return;
-    const float iscale = -127.0f / max;
-    for (int j = 0; j < 256; ++j) {
-        const int q = i8_round_even(i8_clamp(iscale * v[j], -128.0f, 127.0f));
-        out->q[j] = (int8_t)(q < 127 ? q : 127);
-    }
-    for (int i = 0; i < 16; ++i) {
-        int sum = 0;
-        for (int j = 0; j < 16; ++j)
-            sum += out->q[16 * i + j];
-        out->sum16[i] = (int16_t)sum;
-    }
-    for (int i = 0; i < 8; ++i)
-        out->sum32[i] = (int16_t)(out->sum16[2 * i] + out->sum16[2 * i + 1]);
-    out->d = 1.0f / iscale;
+    out->s = half[0] + half[1];
+    out->ds = d * (float)out->s;
+    out->half[0] = (int16_t)half[0];
+    out->half[1] = (int16_t)half[1];
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -170,27 +132,31 @@ static inline void i8_scale_min_k4(int i, const uint8_t *p, int *scale, int *min
     }
 }
 
-/* y after one GGUF super-block of a K-quant against activation super-block a. */
-static inline float i8_block256_scalar(int wtype, const uint8_t *block, const pak_int8_act256 *a, float y)
+/* y after one GGUF super-block of a K-quant against its 8 activation blocks a[0..7], sub-block after
+ * sub-block. */
+static inline float i8_block256_scalar(int wtype, const uint8_t *block, const pak_int8_act32 *a, float y)
 {
-    int32_t total = 0, mins = 0;
     if (wtype == I8_Q6_K) {
         const uint8_t *ql = block, *qh = block + 128;
         const int8_t *scales = (const int8_t *)(block + 192);
-        int32_t sub[16] = {0};
-        for (int idx = 0; idx < 256; ++idx) {
-            const int n = idx / 128, part = idx % 128 / 32, l = idx % 32;
-            const uint8_t low = ql[64 * n + l + (part & 1) * 32];
-            const int nibble = part < 2 ? low & 0xf : low >> 4;
-            const int code = (nibble | ((qh[32 * n + l] >> (2 * part)) & 3) << 4) - 32;
-            sub[idx / 16] += code * a->q[idx];
+        const float d = i8_half(block + 208);
+        for (int s = 0; s < 16; ++s) {
+            const pak_int8_act32 *act = a + s / 2;
+            int32_t dot = 0;
+            for (int idx = 16 * s; idx < 16 * s + 16; ++idx) {
+                const int n = idx / 128, part = idx % 128 / 32, l = idx % 32;
+                const uint8_t low = ql[64 * n + l + (part & 1) * 32];
+                const int nibble = part < 2 ? low & 0xf : low >> 4;
+                const int code = (nibble | ((qh[32 * n + l] >> (2 * part)) & 3) << 4) - 32;
+                dot += code * act->q[idx % 32];
+            }
+            const float scale = d * (float)scales[s];
+            y = fmaf(scale * act->d, (float)dot, y);
         }
-        for (int s = 0; s < 16; ++s)
-            total += scales[s] * sub[s];
-        y = fmaf(i8_half(block + 208) * a->d, (float)total, y);
         return y;
     }
     const uint8_t *scales = block + 4, *qh = block + 16, *qs = block + (wtype == I8_Q5_K ? 48 : 16);
+    const float d = i8_half(block), dmin = i8_half(block + 2);
     for (int i = 0; i < 8; ++i) {
         int scale, minimum;
         i8_scale_min_k4(i, scales, &scale, &minimum);
@@ -200,13 +166,12 @@ static inline float i8_block256_scalar(int wtype, const uint8_t *block, const pa
             int code = i % 2 ? byte >> 4 : byte & 0xf;
             if (wtype == I8_Q5_K)
                 code |= ((qh[l] >> i) & 1) << 4;
-            dot += code * a->q[32 * i + l];
+            dot += code * a[i].q[l];
         }
-        total += scale * dot;
-        mins += minimum * a->sum32[i];
+        const float sub_scale = d * (float)scale, sub_min = -(dmin * (float)minimum);
+        y = fmaf(sub_scale * a[i].d, (float)dot, y);
+        y = fmaf(sub_min, a[i].ds, y);
     }
-    y = fmaf(i8_half(block) * a->d, (float)total, y);
-    y = fmaf(-(i8_half(block + 2) * a->d), (float)mins, y);
     return y;
 }
 

@@ -11,7 +11,7 @@ The weight may also be a :class:`~pyagent_kernels.quantized.QuantizedWeight` (GG
 Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks), multiplied in one of two precisions, a stated choice:
 
 - ``"int8"`` (the default): llama.cpp's way. Each input row is quantized once per call into int8
-  blocks (Q8_0 per 32 values, Q8_K per 256 for the K-quants), multiplied with the weights' integer
+  blocks (llama.cpp's Q8_0, per 32 values, for every format), multiplied with the weights' integer
   codes in exact integer arithmetic (AVX-512 VNNI, AVX-VNNI, AVX2, AMX where proven usable, or C),
   and the float scales are applied in one documented order (``include/pyagent/linear_int8.h``): every
   variant gives the same bits, batch-invariant. It reads the GGUF file's bytes and no more.
