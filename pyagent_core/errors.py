@@ -75,6 +75,24 @@ class NoBackendError(SelectionError):
                          "see `pyagent list` and the backend matrix in docs/backends.md")
 
 
+class NotSelectableError(SelectionError):
+    """A backend that the kind's selection cannot name (a sampler selection naming a logits processor)."""
+
+    def __init__(self, kind: str, name: str, source: str, why: str, valid: Iterable[str]) -> None:
+        self.kind, self.name = kind, name
+        super().__init__(f"{kind} {name!r} (from {source}) {why}; the {kind} selection is one of: "
+                         f"{', '.join(sorted(valid)) or '(none installed)'}")
+
+
+class NothingSelectedError(SelectionError):
+    """Nothing selects a backend of a kind that has no default (the parsers)."""
+
+    def __init__(self, kind: str, env_var: str, no_default: str) -> None:
+        self.kind = kind
+        super().__init__(f"no {kind} is selected and the kind has no default ({no_default}); choose one with "
+                         f"`pyagent use {kind} NAME`, {env_var}=NAME or the command's flag")
+
+
 class AmbiguousBackendError(SelectionError):
     """Two or more distributions registered the same backend name for one kind."""
 
@@ -121,6 +139,11 @@ class ModelFormatError(ModelLoadError, ValueError):
 
 class UnsupportedModelError(ModelLoadError):
     """The model is well formed but uses an architecture, tokenizer or feature pyagent does not run."""
+
+
+class LoRAAdapterError(PyagentError, ValueError):
+    """A LoRA adapter cannot be served: unreadable or malformed, made for another base model, asking for
+    what pyagent does not run (``modules_to_save``, DoRA), or too large for the model's slots."""
 
 
 class ChatTemplateError(PyagentError, ValueError):

@@ -37,9 +37,9 @@ from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.engine import Engine
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
+from pyagent_sampler_host.host import SamplerHost
 
 CHAIN_PROMPT = "a b c d e f g a b c d e f g a b c"
 """17 tokens (one full KV block is shared through the prefix cache)."""
@@ -124,7 +124,7 @@ def run_arm(llm: LLM, prompts: Sequence[list[int]], config: SpeculativeConfig,
     if lossy:
         verify: Callable[..., Any] = decoder.verify
 
-        def lossy_verify(sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+        def lossy_verify(sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
                          mask: Any = None, recorder: Any = None) -> Any:
             return verify(sampled, logits, NoResidual(sampler, sampled), mask, recorder)
 
@@ -164,7 +164,7 @@ class NoResidual:
     request's walk sits on a draft node, the first draw is kept if it is one of the node's children
     (accepted with probability p(x)), and otherwise the second draw - from p, not from the residual."""
 
-    def __init__(self, chain: SamplerChain, requests: Sequence[Request]) -> None:
+    def __init__(self, chain: SamplerHost[Request], requests: Sequence[Request]) -> None:
         self.chain = chain
         self.start = {id(r): len(r.output_token_ids) for r in requests}
 

@@ -16,7 +16,7 @@ from pyagent_core.kinds import ATTENTION
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.host import sampler_host
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.controller import DraftController
 from pyagent_engine.spec.decoder import DraftWarning, SpecStats, SpeculativeDecoder
@@ -38,7 +38,7 @@ def chi_square(counts: Counter[int], probs: torch.Tensor) -> float:
 
 def run(draft: DraftTree | None, trials: int, temperature: float = 1.0) -> list[list[int]]:
     """Verify ``draft`` against LOGITS for ``trials`` fresh seeded requests; the emitted tokens of each."""
-    chain = SamplerChain(get_registry(), VOCAB)
+    chain = sampler_host(get_registry(), VOCAB)
     decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     emitted = []
     for seed in range(trials):
@@ -83,7 +83,7 @@ def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
 
 def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    chain = SamplerChain(get_registry(), VOCAB)
+    chain = sampler_host(get_registry(), VOCAB)
     decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     calls: list[int] = []
     sample = chain.sample

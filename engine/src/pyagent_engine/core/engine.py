@@ -34,7 +34,7 @@ from pyagent_engine.requests.isolation import describe, run_isolated
 from pyagent_engine.requests.logprobs import TokenLogprob
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request, RequestMetrics, RequestOutput, RequestStatus
-from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.host import sampler_host
 from pyagent_engine.sampling.logprob_scoring import LogprobRecorder, recorder_for, token_logprobs
 from pyagent_engine.scheduling.policy import build_scheduling_policy
 from pyagent_engine.scheduling.scheduler import ScheduledChunk, Scheduler
@@ -42,6 +42,7 @@ from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
+from pyagent_sampler_host.host import SamplerHost
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -110,10 +111,10 @@ class Engine:
         self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
                                    self.config.max_num_batched_tokens, policy)
         self._cache_counters = CacheCounters(pool)
-        self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
+        self._new_sampler = functools.partial(sampler_host, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
-        self._probe: SamplerChain | None = None
+        self._probe: SamplerHost[Request] | None = None
         self.speculative = None if speculative is None else SpeculativeDecoder(
             self.registry, speculative, model_config.vocab_size, model_config.max_position_embeddings,
             target=loaded, attention=self.attention_selection)
@@ -123,7 +124,8 @@ class Engine:
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
-            engine_id=f"engine-{next(_engine_ids)}", model=str(loaded.source), architecture=model_config.architecture,
+            engine_id=f"engine-{next(_engine_ids)}", model=self.config.model_name or str(loaded.source),
+            architecture=model_config.architecture,
             dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
             max_model_len=model_config.max_position_embeddings, block_size=self.config.block_size,
             num_kv_blocks=self.num_blocks, max_num_seqs=self.config.max_num_seqs,
@@ -185,11 +187,15 @@ class Engine:
         if len(ids) >= context:
             raise RequestError(f"the prompt has {len(ids)} tokens but the model's context is {context}; "
                                "shorten the prompt")
+        if len(ids) + params.max_tokens > context:
+            raise RequestError(f"the prompt has {len(ids)} tokens and max_tokens is {params.max_tokens}: "
+                               f"{len(ids) + params.max_tokens} tokens, over the model's context of {context}; "
+                               f"lower max_tokens to at most {context - len(ids)} or shorten the prompt")
         vocab = self.loaded.config.vocab_size
         outside = [t for t in ids if not 0 <= t < vocab]
         if outside:
             raise RequestError(f"prompt token ids must be in [0, {vocab}); got {outside[:5]}")
-        needed = -(-min(len(ids) + params.max_tokens, context) // self.config.block_size)
+        needed = -(-(len(ids) + params.max_tokens) // self.config.block_size)
         if needed > self.num_blocks:
             raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
                                "raise kv_cache_gib or lower max_tokens")
@@ -312,7 +318,7 @@ class Engine:
     def _execute(self, chunks: Sequence[ScheduledChunk]) -> StepLogits:
         return self.runner.execute(chunks, [c.request for c in chunks if c.sample])
 
-    def _probe_sampler(self) -> SamplerChain:
+    def _probe_sampler(self) -> SamplerHost[Request]:
         """A second chain, for trying a request alone without disturbing the rows of the main one."""
         if self._probe is None:
             self._probe = self._new_sampler()
@@ -331,7 +337,7 @@ class Engine:
         return logits.index_select(0, torch.tensor(index, dtype=torch.long))
 
     def _choose(self, requests: Sequence[Request], logits: torch.Tensor,
-                sampler: SamplerChain) -> tuple[list[list[int]], list[list[TokenLogprob]] | None]:
+                sampler: SamplerHost[Request]) -> tuple[list[list[int]], list[list[TokenLogprob]] | None]:
         """The tokens each request emits: the sampled one, or those of its verified draft
         (see :mod:`pyagent_engine.spec.decoder`), under its grammar's mask; and, when any request
         asks for logprobs, each emitted token's record (see :mod:`pyagent_engine.requests.logprobs`)."""
@@ -347,7 +353,7 @@ class Engine:
             return [[token] for token in sampler.sample(requests, logits)], None
         return self._choose_recorded(requests, logits, sampler, recorder)
 
-    def _choose_recorded(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+    def _choose_recorded(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
                          recorder: LogprobRecorder) -> tuple[list[list[int]], list[list[TokenLogprob]]]:
         """:meth:`_choose` without speculation for a batch where some request asks for logprobs."""
         raw = recorder.score(logits) if recorder.raw else None  # before the grammar mask changes the rows

@@ -47,11 +47,11 @@ from pyagent_core.registry import Registry, Selection
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.kv.block_pool import BlockPool
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.sampling.logprob_scoring import LogprobRecorder
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.controller import DraftController
 from pyagent_engine.spec.tree import node_child, tree_error, walk
+from pyagent_sampler_host.host import SamplerHost
 
 
 class DraftWarning(UserWarning):
@@ -216,7 +216,7 @@ class SpeculativeDecoder:
 
     # --- verification --------------------------------------------------------------------------
 
-    def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
+    def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
                mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None,
                recorder: LogprobRecorder | None = None) -> list[list[int]]:
         """Walk every request's draft with the sampler chain; return the tokens each request emits.
@@ -224,7 +224,7 @@ class SpeculativeDecoder:
         ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
         then the nodes), in order. ``mask(requests, logits)`` (the grammar bitmask) is applied to
         the first depth only: requests under a grammar get no drafts, so they never reach a second.
-        Without a mask, when the chain is a plain argmax for the batch (``SamplerChain.greedy_rows``),
+        Without a mask, when the chain is a plain argmax for the batch (``SamplerHost.greedy_rows``),
         every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
         leaves the output lists as they were. With a ``recorder``, each emitted token's logprobs are
         recorded from the row it was chosen at: the target model's logits at its position.
