@@ -8,6 +8,7 @@ and a failure found locally can be pinned with ``@example``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -41,7 +42,14 @@ def start_cli(*args: str, stdin: Any = subprocess.PIPE, stdout: Any = subprocess
     """Start ``python -m pyagent_core.cli ARGS`` for a test that talks to it while it runs (``pyagent chat``):
     stderr is a pipe; ``stdin`` and ``stdout`` pipes, or file descriptors such as a pseudo-terminal's."""
     return subprocess.Popen([sys.executable, "-m", "pyagent_core.cli", *args], stdin=stdin, stdout=stdout,
-                            stderr=subprocess.PIPE, env=_environ(env, None), cwd=cwd)
+                            stderr=subprocess.PIPE, env=_environ(env, None), cwd=cwd, preexec_fn=_interruptible)
+
+
+def _interruptible() -> None:
+    """In the child: take Ctrl-C as a terminal user's process does. A suite started as a background job
+    runs with SIGINT ignored, and Python keeps an ignored SIGINT ignored, so the tests that send one
+    would see nothing happen."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture

@@ -102,10 +102,13 @@ def prompt_logits(model: object, ids: list[int]) -> torch.Tensor:
 
 
 def test_every_block_type_loads_kept_in_blocks_or_dequantized(mixed_gguf: Path) -> None:
-    """Kept in blocks (fused in a shared layout where there is one) and dequantized, the model gives
-    the same logits; every matrix holds the gguf package's values."""
-    kept = load_model(mixed_gguf, "float32", quantized=True, use_cache=False).model
-    dense = load_model(mixed_gguf, "float32", quantized=False, use_cache=False).model
+    """At the exact precision, kept in blocks (fused in a shared layout where there is one) and
+    dequantized, the model gives the same logits; every matrix holds the gguf package's values. At int8
+    a fused matrix of mixed formats stays in blocks too (the int8 kernel takes one format per row group)."""
+    kept = load_model(mixed_gguf, "float32", quantized=True, use_cache=False, precision="exact").model
+    dense = load_model(mixed_gguf, "float32", quantized=False, use_cache=False, precision="exact").model
+    int8 = load_model(mixed_gguf, "float32", quantized=True, use_cache=False, precision="int8").model
+    assert all(isinstance(getattr(int8.layers[1], name), QuantizedWeight) for name in ("qkv", "gate_up", "down"))
     first, second = kept.layers
     formats = {name: getattr(first, name).format for name in ("qkv", "o_proj", "gate_up", "down")}
     assert formats == {"qkv": "q8_0", "o_proj": "q4_k", "gate_up": "q5_1", "down": "q6_k"}

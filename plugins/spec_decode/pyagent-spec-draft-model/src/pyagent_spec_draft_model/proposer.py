@@ -58,7 +58,8 @@ class DraftModelProposer(Proposer):
 
     Args:
         options: ``model``, ``dtype`` (unset: the target's, so a model drafting for itself computes
-            what the target computes), ``max_tokens``, ``kv_cache_gib`` (see the plugin's spec).
+            what the target computes; the draft always runs at the target's precision), ``max_tokens``,
+            ``kv_cache_gib`` (see the plugin's spec).
         context: the target's vocabulary and context, its model, registry and attention selection.
 
     Raises:
@@ -73,7 +74,8 @@ class DraftModelProposer(Proposer):
             missing = " and ".join(n for n, v in (("target model", target), ("registry", registry)) if v is None)
             raise ConfigError(f"draft-model needs the {missing} in its ProposerContext; its spec says needs_model, "
                               "so build it through an engine (SpeculativeConfig(proposer='draft-model'))")
-        draft = load_model(self.options["model"] or None, self.options["dtype"] or target.dtype)
+        draft = load_model(self.options["model"] or None, self.options["dtype"] or target.dtype,
+                           precision=target.precision)
         problem = tokenizer_mismatch(target, draft)
         if problem is not None:
             raise ConfigError(f"draft-model cannot draft for this model: {problem}; choose a draft model "
