@@ -27,8 +27,8 @@ from pyagent_engine.core.attention_choice import build_attention
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.runner import ModelRunner, StepLogits, torch_on_one_thread
 from pyagent_engine.core.text_tracker import TextTracker
-from pyagent_engine.kv.cache_tensors import allocate_kv_caches
-from pyagent_engine.kv.prefix_cache import CacheCounters, build_block_pool
+from pyagent_engine.kv.groups import PagedKVGroup
+from pyagent_engine.kv.manager import build_kv_manager
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.requests.isolation import describe, run_isolated
 from pyagent_engine.requests.logprobs import TokenLogprob
@@ -97,19 +97,16 @@ class Engine:
         self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
-        bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
-                           * loaded.dtype.itemsize * model_config.num_layers)
-        self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))
-        caches = allocate_kv_caches(model_config, self.num_blocks, self.config.block_size, loaded.dtype)
-        self.runner = ModelRunner(loaded.model, backend, caches, self.config.block_size)
-        pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
+        self.kv, self.eviction_selection = build_kv_manager(
+            self.config, [PagedKVGroup.of_model(model_config, loaded.dtype)], int(self.config.kv_cache_gib * 2**30),
+            self.registry)
+        self.num_blocks = self.kv.num_blocks
+        self.runner = ModelRunner(loaded.model, backend, self.kv)
         policy, self.scheduler_selection = build_scheduling_policy(
             self.registry, self.config.scheduler, self.config.scheduler_options,
             SchedulerContext(self.num_blocks, self.config.block_size, self.config.max_num_seqs,
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
-        self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
-                                   self.config.max_num_batched_tokens, policy)
-        self._cache_counters = CacheCounters(pool)
+        self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy)
         self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
@@ -259,8 +256,9 @@ class Engine:
             return
         ran = run_isolated(plan.chunks, self._execute)  # a failing kernel ends its requests, not the batch
         outputs.extend(self._finish(c.request, "error", f"model step failed: {why}") for c, why in ran.failed)
-        for chunk in ran.kept:
-            chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
+        for chunk in ran.kept:  # a draft's nodes count once verified (see _emit)
+            if chunk.request.draft is None:
+                self.kv.commit(chunk.request, chunk.num_tokens)
         if ran.result is not None:
             self._score_prompts(ran.result)
         sampled = [c.request for c in ran.kept if c.sample]
@@ -277,12 +275,12 @@ class Engine:
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
             "num_preempted": len(plan.preempted),
-            "kv_blocks_free": self.scheduler.pool.num_free,
+            "kv_blocks_free": self.kv.num_free,
             "kv_blocks_total": self.num_blocks,
             "num_cached_tokens": plan.num_cached_tokens,
             "num_prompt_tokens": first_prompts,
             "num_generation_tokens": sum(generated),
-            **self._cache_counters.take(),
+            **self.kv.take_counters(),
             **({} if self.speculative is None
                else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
@@ -366,8 +364,9 @@ class Engine:
         ``records``, when the request asks for them) until the request finishes."""
         outputs = []
         try:
-            if self.speculative is not None:
-                self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
+            if self.speculative is not None and request.draft is not None:
+                self.kv.commit(request, 1 + len(request.draft), request.accepted_nodes)
+                self.speculative.verified(request, request.accepted_nodes)
             for i, token in enumerate(tokens):
                 outputs.append(self._append_sampled(request, token, now, None if records is None else records[i]))
                 if outputs[-1].finished:

@@ -10,6 +10,7 @@ import attrs
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.requests.request import Request
 from pyagent_engine.scheduling.scheduler import ScheduledChunk
 from pyagent_engine.spec.tree import draft_positions, tree_mask
@@ -46,22 +47,19 @@ class StepLogits:
 
 
 class ModelRunner:
-    """Owns the KV caches and calls ``model.forward`` once per step.
+    """Calls ``model.forward`` once per step over the KV manager's caches.
 
     Args:
         model: a model with ``forward(input_ids, positions, kv_caches, metadata, attention,
             logits_indices)`` returning float32 logits for the requested token indices.
         attention: the selected attention backend instance.
-        kv_caches: one cache tensor per layer, ``[2, num_blocks, block_size, kv_heads, head_size]``.
-        block_size: tokens per KV block.
+        kv: the KV manager: the caches and where each token goes.
     """
 
-    def __init__(self, model: Any, attention: AttentionBackend, kv_caches: list[torch.Tensor],
-                 block_size: int) -> None:
+    def __init__(self, model: Any, attention: AttentionBackend, kv: KVCacheManager) -> None:
         self.model = model
         self.attention = attention
-        self.kv_caches = kv_caches
-        self.block_size = block_size
+        self.kv = kv
         self.threads = torch.get_num_threads()
 
     def execute(self, chunks: Sequence[ScheduledChunk], sampled: Sequence[Request]) -> StepLogits:
@@ -79,16 +77,13 @@ class ModelRunner:
         starts = [0]
         rows: dict[int, range] = {}
         prompt: list[tuple[Request, range, range]] = []  # request, positions, their token indices
-        bs = self.block_size
         for chunk in chunks:
             request = chunk.request
             start = request.num_computed_tokens
             stop = start + chunk.num_tokens
             ids.extend(request.token_ids(start, stop))
-            blocks = request.block_ids
-            for pos in range(start, stop):
-                positions.append(pos)
-                slots.append(blocks[pos // bs] * bs + pos % bs)
+            positions.extend(range(start, stop))
+            slots.extend(self.kv.slots(request, range(start, stop)))
             draft = request.draft
             if draft is not None:
                 ids.extend(draft.token_ids)
@@ -118,7 +113,7 @@ class ModelRunner:
         with torch.inference_mode():
             logits = self.model.forward(
                 torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
-                self.kv_caches, metadata, self.attention, torch.tensor(indices, dtype=torch.long),
+                self.kv.caches, metadata, self.attention, torch.tensor(indices, dtype=torch.long),
                 threads=self.threads,
             )
         if not prompt:

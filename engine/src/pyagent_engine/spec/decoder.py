@@ -23,9 +23,10 @@ is distributed exactly as without speculation, and every selector, seed and hist
 of the chain applies unchanged (accepted tokens are appended to the output before the next depth is
 sampled). The tree case is the same argument with several candidates.
 
-After verification the accepted nodes' keys and values are moved to their final slots (only tree
-drafts need it), the request's computed-token count advances by the accepted length, and blocks
-holding nothing but rejected draft tokens go back to the pool.
+After verification the KV manager moves the accepted nodes' keys and values to their final slots
+(only tree drafts need it), advances the request's computed-token count by the accepted length, and
+gives blocks holding nothing but rejected draft tokens back to the pool
+(:meth:`~pyagent_engine.kv.manager.KVCacheManager.commit`).
 
 Adaptive length: :mod:`pyagent_engine.spec.controller`; the draft-tree helpers: :mod:`pyagent_engine.spec.tree`.
 """
@@ -45,7 +46,6 @@ from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, Proposer
 from pyagent_core.kinds import PROPOSER
 from pyagent_core.registry import Registry, Selection
 from pyagent_core.types import AttentionSpec
-from pyagent_engine.kv.block_pool import BlockPool
 from pyagent_engine.requests.request import Request
 from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.sampling.logprob_scoring import LogprobRecorder
@@ -283,32 +283,12 @@ class SpeculativeDecoder:
                 del request.output_token_ids[length:]
         return emitted
 
-    def commit(self, request: Request, kv_caches: Sequence[torch.Tensor], pool: BlockPool, block_size: int) -> None:
-        """After :meth:`verify` and before the emitted tokens are appended: move accepted keys/values
-        into place, advance the computed count, free blocks holding only rejected nodes, and tell the
-        proposer and the controller (:attr:`stats` counts the draft at :meth:`step_stats`)."""
+    def verified(self, request: Request, accepted: Sequence[int]) -> None:
+        """After the KV manager kept the ``accepted`` nodes of ``request``'s draft (in depth order) and
+        before the emitted tokens are appended: tell the proposer and the controller, and drop the
+        draft (:attr:`stats` counts it at :meth:`step_stats`)."""
         draft = request.draft
-        if draft is None:
-            return
-        accepted = request.accepted_nodes
-        start = request.num_computed_tokens  # the last real token (at start - 1) was computed this step
-        moves = [(start + node, start + depth) for depth, node in enumerate(accepted) if node != depth]
-        if moves:
-            blocks = request.block_ids
-
-            def slot(pos: int) -> int:
-                return blocks[pos // block_size] * block_size + pos % block_size
-
-            src = torch.tensor([slot(s) for s, _ in moves])
-            dst = torch.tensor([slot(d) for _, d in moves])
-            for cache in kv_caches:
-                flat = cache.view(2, -1, *cache.shape[3:])
-                flat[:, dst] = flat[:, src]
-        request.num_computed_tokens += len(accepted)
-        keep = -(-(request.num_computed_tokens + 1) // block_size)
-        if len(request.block_ids) > keep:
-            pool.free(request.block_ids[keep:])
-            del request.block_ids[keep:]
+        assert draft is not None
         self._committed.append((request, draft.node_depths(), len(accepted), len(request.output_token_ids)))
         self.controller.verified(request.request_id, len(accepted), draft.depth,
                                  None if draft.scores is None else sum(draft.scores))
