@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 import torch
@@ -40,6 +39,7 @@ from pyagent_engine.requests.request import Request
 from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
+from pyagent_engine.stages.records import MaskedLogits, Selection
 
 CHAIN_PROMPT = "a b c d e f g a b c d e f g a b c"
 """17 tokens (one full KV block is shared through the prefix cache)."""
@@ -122,13 +122,12 @@ def run_arm(llm: LLM, prompts: Sequence[list[int]], config: SpeculativeConfig,
     counter = TreeCounter(decoder.proposer.propose)
     monkeypatch.setattr(decoder.proposer, "propose", counter)
     if lossy:
-        verify: Callable[..., Any] = decoder.verify
+        select: Callable[..., Selection] = engine.select.run
 
-        def lossy_verify(sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerChain,
-                         mask: Any = None, recorder: Any = None) -> Any:
-            return verify(sampled, logits, NoResidual(sampler, sampled), mask, recorder)
+        def lossy_select(masked: MaskedLogits, chain: SamplerChain) -> Selection:
+            return select(masked, NoResidual(chain, masked.rows.requests))
 
-        monkeypatch.setattr(decoder, "verify", lossy_verify)
+        monkeypatch.setattr(engine.select, "run", lossy_select)
     outputs = generate(engine, prompts)
     stats = decoder.stats
     seeds = sum(n for _, n in GROUPS)
