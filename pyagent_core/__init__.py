@@ -1,5 +1,7 @@
 """pyagent-core: hook specifications, typed registries and interfaces for LLM inference plugins.
 
+The contract a plugin relies on is versioned: :data:`CONTRACT_VERSION` (see
+:mod:`pyagent_core.version`), and a dependent states the range ``pyagent-core>=0.3,<0.4``.
 Importing this package is cheap: it loads neither torch nor any backend. Plugins are discovered
 only when :func:`pyagent_core.registry.get_registry` (or ``Registry.load_plugins``) is called.
 """
@@ -18,10 +20,10 @@ from pyagent_core.types import (
     SchedulerSpec,
     ToolParserSpec,
 )
-
-__version__ = "0.2.0"
+from pyagent_core.version import CONTRACT_VERSION, __version__
 
 __all__ = [
+    "CONTRACT_VERSION",
     "AttentionSpec",
     "BackendSpec",
     "EvictionSpec",

@@ -123,6 +123,11 @@ class UnsupportedModelError(ModelLoadError):
     """The model is well formed but uses an architecture, tokenizer or feature pyagent does not run."""
 
 
+class LoRAAdapterError(PyagentError, ValueError):
+    """A LoRA adapter cannot be served: unreadable or malformed, made for another base model, asking for
+    what pyagent does not run (``modules_to_save``, DoRA), or too large for the model's slots."""
+
+
 class ChatTemplateError(PyagentError, ValueError):
     """A chat template could not be rendered: bad messages, a template error, or ``raise_exception``."""
 

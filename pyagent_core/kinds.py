@@ -54,7 +54,7 @@ class Kind(Generic[S]):
 ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
                  "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
-               "plugins/samplers", "pyagent_core.interfaces.sampler:LogitsProcessor")
+               "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler")
 GRAMMAR = Kind("grammar", "grammar backend", "pyagent_register_grammar_backends", GrammarSpec,
                "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend")
 PROPOSER = Kind("proposer", "speculative proposer", "pyagent_register_proposers", ProposerSpec,

@@ -20,7 +20,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
 import pluggy
@@ -41,7 +41,29 @@ from pyagent_core.errors import (
 from pyagent_core.kinds import KINDS, Kind, get_kind
 from pyagent_core.lazy import import_impl
 from pyagent_core.options import validate_options
-from pyagent_core.types import BackendSpec
+from pyagent_core.types import (
+    AttentionSpec,
+    BackendSpec,
+    EvictionSpec,
+    GrammarSpec,
+    ModelSpec,
+    ProposerSpec,
+    ReasoningParserSpec,
+    SamplerSpec,
+    SchedulerSpec,
+    ToolParserSpec,
+)
+
+if TYPE_CHECKING:
+    from pyagent_core.interfaces.attention import AttentionBackend
+    from pyagent_core.interfaces.eviction import EvictionPolicy
+    from pyagent_core.interfaces.grammar import GrammarBackend
+    from pyagent_core.interfaces.model import CausalLM
+    from pyagent_core.interfaces.proposer import Proposer
+    from pyagent_core.interfaces.reasoning_parser import ReasoningParser
+    from pyagent_core.interfaces.sampler import Sampler
+    from pyagent_core.interfaces.scheduler import SchedulingPolicy
+    from pyagent_core.interfaces.tool_parser import ToolParser
 
 STATUS_OK, STATUS_FAILED, STATUS_BLOCKED = "ok", "failed", "blocked"
 
@@ -421,9 +443,45 @@ class Registry:
         choices = sorted(self.available(kind), key=lambda b: (-b.spec.priority, b.name, b.dist or ""))
         return choices[0] if choices else None
 
-    def load(self, backend: Backend[Any]) -> Any:
-        """Import and return the implementation of ``backend`` (class or factory)."""
-        return import_impl(backend.spec.impl)
+    @overload
+    def load(self, backend: Backend[AttentionSpec]) -> type[AttentionBackend]: ...
+    @overload
+    def load(self, backend: Backend[SamplerSpec]) -> type[Sampler]: ...
+    @overload
+    def load(self, backend: Backend[GrammarSpec]) -> type[GrammarBackend]: ...
+    @overload
+    def load(self, backend: Backend[ProposerSpec]) -> type[Proposer]: ...
+    @overload
+    def load(self, backend: Backend[EvictionSpec]) -> type[EvictionPolicy]: ...
+    @overload
+    def load(self, backend: Backend[SchedulerSpec]) -> type[SchedulingPolicy]: ...
+    @overload
+    def load(self, backend: Backend[ModelSpec]) -> type[CausalLM]: ...
+    @overload
+    def load(self, backend: Backend[ToolParserSpec]) -> type[ToolParser]: ...
+    @overload
+    def load(self, backend: Backend[ReasoningParserSpec]) -> type[ReasoningParser]: ...
+    @overload
+    def load(self, backend: Backend[BackendSpec]) -> type: ...
+
+    def load(self, backend: Backend[Any]) -> type:
+        """Import and return the implementation class of ``backend``, built as ``cls(options, context)``.
+
+        The result is typed by the backend's kind (``type[AttentionBackend]`` for a
+        ``Backend[AttentionSpec]``, ``type[Sampler]`` for a sampler, ...) and checked to be a subclass
+        of that kind's interface (:attr:`Kind.interface`). Raises :class:`SpecError` naming the
+        backend when the spec's ``impl`` names something else; an ``ImportError`` of the
+        implementation propagates.
+        """
+        impl = import_impl(backend.spec.impl)
+        interface_path = KINDS[backend.kind].interface
+        interface = import_impl(interface_path)
+        if not (isinstance(impl, type) and issubclass(impl, interface)):
+            raise SpecError(
+                f"{backend.kind} backend {backend.qualified_name!r}: impl {backend.spec.impl!r} is {impl!r}, "
+                f"not a subclass of {interface_path.replace(':', '.')}; derive the implementation from it"
+            )
+        return impl
 
     # --- selection -----------------------------------------------------------------------------
 

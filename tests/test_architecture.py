@@ -60,7 +60,7 @@ def contracts() -> str:
     sections = [
         forbidden("core-imports-no-other-distribution", CORE, EVERYTHING - {CORE}),
         # torch only in the conformance kit, and inside the interfaces' tensor helpers (functions that
-        # are handed tensors, so torch is there); tests/test_fresh_install.py imports the rest without it
+        # are handed tensors, so torch is there); tests/test_wheels.py imports the rest without it
         forbidden("core-imports-torch-only-in-its-kit-and-tensor-helpers", CORE, {"torch", "numpy"},
                   "ignore_imports =\n    pyagent_core.testing.** -> torch\n"
                   "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch"),

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pyagent_core.errors import AmbiguousBackendError, BackendUnavailableError, NoBackendError, UnknownBackendError
+from pyagent_core.errors import (
+    AmbiguousBackendError,
+    BackendUnavailableError,
+    NoBackendError,
+    SpecError,
+    UnknownBackendError,
+)
+from pyagent_core.kinds import EVICTION, SAMPLER
 from pyagent_core.registry import STATUS_BLOCKED, STATUS_FAILED, STATUS_OK
 
 
@@ -203,3 +210,39 @@ def test_an_allow_list_naming_no_installed_plugin_says_so(zoo, make_registry):
     assert "allow a plugin of this kind in PYAGENT_PLUGINS" in message
     assert {p.split(",")[0] for p in registry.control_problems()} == {
         "PYAGENT_PLUGINS names 'nosuch'", "PYAGENT_DISABLE_PLUGINS names 'typo'"}
+
+
+def test_load_returns_the_implementation_class_and_refuses_what_is_not_one(site, make_registry):
+    site.add("dist-impls", {"impls_plugin": """
+        from pyagent_core import hookimpl, EvictionSpec, SamplerSpec
+
+        @hookimpl
+        def pyagent_register_eviction_policies(register):
+            register(EvictionSpec(name="good", impl="impls_code:Policy"))
+            register(EvictionSpec(name="function", impl="impls_code:make_policy"))
+            register(EvictionSpec(name="other-kind", impl="impls_code:Selector"))
+
+        @hookimpl
+        def pyagent_register_samplers(register):
+            register(SamplerSpec(name="selector", impl="impls_code:Selector"))
+    """, "impls_code": """
+        from pyagent_core.interfaces.eviction import EvictionPolicy
+        from pyagent_core.interfaces.sampler import TokenSelector
+
+        class Policy(EvictionPolicy):
+            pass
+
+        class Selector(TokenSelector):
+            pass
+
+        def make_policy(options, context):
+            return Policy(options, context)
+    """}, {"impls": "impls_plugin"})
+    registry = make_registry()
+    assert registry.load(registry.get(EVICTION, "good")).__name__ == "Policy"
+    assert registry.load(registry.get(SAMPLER, "selector")).__name__ == "Selector"  # a Sampler, not a LogitsProcessor
+    with pytest.raises(SpecError, match=r"eviction backend 'dist-impls:function': impl 'impls_code:make_policy' is "
+                                        r"<function make_policy .*not a subclass of pyagent_core.interfaces.eviction"):
+        registry.load(registry.get(EVICTION, "function"))
+    with pytest.raises(SpecError, match=r"'dist-impls:other-kind'.*not a subclass of .*EvictionPolicy"):
+        registry.load(registry.get(EVICTION, "other-kind"))

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 from pathlib import Path
 
 import pytest
 
 from pyagent_core.scaffold import supported_kinds
+from pyagent_core.testing import KIT_EXTRAS
+from pyagent_core.version import compatible_requirement
 
 
 @pytest.fixture
@@ -39,6 +43,12 @@ def test_scaffold_installs_is_listed_and_passes_the_kit(kind, tmp_path, child_en
                   "--dir", tmp_path, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     dist = tmp_path / f"pyagent-{kind.replace('_', '-')}-demo-x"
+    python = shlex.quote(sys.executable)  # the next steps run with this interpreter, whatever is first on PATH
+    assert f"next: {python} -m pip install -e {shlex.quote(f'{dist}[test]')} && {python} -m pyagent_core.cli list " \
+        f"{kind} && {python} -m pytest " in created.stdout, created.stdout
+    project = tomllib.loads((dist / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["optional-dependencies"]["test"] == [compatible_requirement(f"pyagent-core[{KIT_EXTRAS[kind]}]")]
+    assert project["dependencies"][0] == compatible_requirement()
     install = run(child_env, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                   "-e", dist, cwd=tmp_path)
     assert install.returncode == 0, install.stderr

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from pyagent_core.cli import doctor, listing, new_plugin, parse, selection
-from pyagent_core.cli.output import error
+from pyagent_core.commands import error
 from pyagent_core.errors import PyagentError
 
 app = typer.Typer(

@@ -10,8 +10,7 @@ import attrs
 import typer
 
 from pyagent_core import __version__
-from pyagent_core.cli.listing import JsonFlag
-from pyagent_core.cli.output import error, print_json, print_table
+from pyagent_core.commands import JsonFlag, error, print_json, print_table
 from pyagent_core.records import DoctorCheck
 from pyagent_core.registry import STATUS_FAILED, Registry, get_registry
 

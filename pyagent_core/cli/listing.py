@@ -6,11 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.commands import JsonFlag, print_json, print_table
 from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.registry import Backend, Registry, get_registry
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def backend_record(registry: Registry, backend: Backend, default: Backend | None,

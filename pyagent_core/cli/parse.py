@@ -8,39 +8,25 @@ then exits with status 1.
 from __future__ import annotations
 
 import codecs
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from pyagent_core.cli.output import error, print_json, print_table
+from pyagent_core.commands import (
+    ReasoningOpt,
+    ReasoningOptsOpt,
+    ToolParserOpt,
+    ToolParserOptsOpt,
+    ToolsOpt,
+    error,
+    print_json,
+    read_tools,
+    show_message,
+)
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
-
-ToolsOpt = Annotated[Path | None, typer.Option("--tools", help="JSON file: a list of OpenAI tool definitions.")]
-ToolParserOpt = Annotated[str | None, typer.Option("--tool-parser", help="Tool-call parser, see pyagent list.")]
-ReasoningOpt = Annotated[str | None, typer.Option("--reasoning-parser", help="Reasoning parser, if the model reasons.")]
-ToolParserOptsOpt = Annotated[list[str] | None, typer.Option("--tool-parser-opt", help="Tool parser option KEY=VALUE.")]
-ReasoningOptsOpt = Annotated[list[str] | None, typer.Option("--reasoning-parser-opt",
-                                                            help="Reasoning parser option KEY=VALUE.")]
-
-
-def read_tools(path: Path | None) -> list[dict[str, Any]]:
-    """The tools in ``path`` (a JSON list, or an object with a ``tools`` list); none without a path."""
-    if path is None:
-        return []
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RequestError(f"cannot read tools file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise RequestError(f"tools file {path} is not JSON ({exc}); write a list of tool definitions") from None
-    tools = value.get("tools") if isinstance(value, dict) else value
-    if not isinstance(tools, list):
-        raise RequestError(f"tools file {path} must hold a JSON list of tool definitions (or {{\"tools\": [...]}})")
-    return tools
 
 
 def read_output(path: Path | None) -> str:
@@ -89,18 +75,6 @@ def parse(
         error(problem)
     if message.errors:
         raise typer.Exit(1)
-
-
-def show_message(message: dict[str, Any]) -> None:
-    """Print an assistant message for people: reasoning, content, then a table of tool calls."""
-    if message.get("reasoning_content"):
-        typer.secho(f"[reasoning] {message['reasoning_content']}", dim=True)
-    if message.get("content"):
-        typer.echo(message["content"])
-    calls = message.get("tool_calls") or []
-    if calls:
-        print_table("tool calls", ["id", "function", "arguments"],
-                    [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls])
 
 
 def register(app: typer.Typer) -> None:

@@ -7,8 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.listing import JsonFlag
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.commands import JsonFlag, print_json, print_table
 from pyagent_core.config import PROJECT_FILE, user_config_path, write_selection
 from pyagent_core.errors import PyagentError
 from pyagent_core.kinds import KINDS

@@ -19,6 +19,14 @@ subclass, which a host uses in two steps:
    calling ``attention.forward(q, k, v, kv_caches[layer], metadata, layer)`` once per layer, and
    returns float32 logits for the rows asked for.
 
+A model may serve LoRA adapters (:mod:`pyagent_core.interfaces.lora`): :meth:`CausalLM.lora_targets`
+names the weights an adapter may adapt, :meth:`CausalLM.read_lora` reads a PEFT folder or a
+llama.cpp LoRA GGUF for the model, :meth:`CausalLM.enable_lora` sets up its slots,
+:meth:`CausalLM.load_lora` and :meth:`CausalLM.unload_lora` fill and empty one, and the forward's
+``lora_slots`` says which slot each token row uses. The defaults serve none (an architecture that
+does not override them refuses adapters with :class:`~pyagent_core.errors.LoRAAdapterError`), and a
+forward without ``lora_slots`` is the base model's.
+
 Weights are keyed by Hugging Face parameter names whatever file they came from; a weight is a torch
 tensor or a block-quantized matrix from a GGUF file (``pyagent_kernels.quantized.QuantizedWeight``).
 """
@@ -34,13 +42,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from pyagent_core.errors import ModelFormatError
+from pyagent_core.errors import LoRAAdapterError, ModelFormatError
 from pyagent_core.interfaces.attention import AttentionContext
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
 
     from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+    from pyagent_core.interfaces.lora import LoRAAdapter, LoRASettings
 
 T = TypeVar("T", int, float, bool)
 
@@ -321,6 +332,46 @@ class CausalLM(ABC):
                                 num_kv_heads=config.num_kv_heads, scale=config.attention_scale,
                                 block_size=block_size, dtype=dtype)
 
+    # --- LoRA adapters (optional: the defaults serve none) --------------------------------------------
+
+    @classmethod
+    def lora_targets(cls, config: ModelConfig) -> dict[str, tuple[int, int]]:
+        """Hugging Face name -> ``(out_features, in_features)`` of every weight a LoRA adapter may
+        adapt (``model.layers.0.self_attn.q_proj.weight``); empty (the default) when the
+        architecture serves no adapters."""
+        return {}
+
+    @classmethod
+    def read_lora(cls, path: str | Path, config: ModelConfig, name: str | None = None) -> LoRAAdapter:
+        """Read the LoRA adapter at ``path`` (a PEFT folder or a llama.cpp LoRA GGUF file) for a model of
+        ``config``, checked against :meth:`lora_targets`; ``name`` defaults to the folder or file name.
+
+        Raises :class:`~pyagent_core.errors.LoRAAdapterError` naming the file, the tensor or key and
+        what to do, for a malformed adapter, one made for another base model (hidden size, layer
+        count, shapes), a target this architecture does not adapt, or an unsupported option. The
+        default serves no adapters and always raises.
+        """
+        raise LoRAAdapterError(f"the {config.architecture} architecture does not serve LoRA adapters; "
+                               f"{path} cannot be used with it")
+
+    def enable_lora(self, settings: LoRASettings) -> None:
+        """Make room for ``settings.max_loras`` adapters of rank up to ``settings.max_lora_rank``, all
+        slots empty (adapters loaded before are dropped). Raises
+        :class:`~pyagent_core.errors.LoRAAdapterError` by default (no adapters served)."""
+        raise LoRAAdapterError(f"the {self.config.architecture} architecture does not serve LoRA adapters")
+
+    def load_lora(self, slot: int, adapter: LoRAAdapter) -> None:
+        """Put ``adapter`` (read by :meth:`read_lora` for this model's config) into ``slot``, replacing
+        what was there; rows of that slot use it from the next forward on. Raises
+        :class:`~pyagent_core.errors.LoRAAdapterError` when LoRA is not enabled, the slot is out of
+        range, or the adapter's rank exceeds ``max_lora_rank`` or does not fit this model."""
+        raise LoRAAdapterError(f"the {self.config.architecture} architecture does not serve LoRA adapters")
+
+    def unload_lora(self, slot: int) -> None:
+        """Empty ``slot``; a forward whose rows name it then raises. Raises
+        :class:`~pyagent_core.errors.LoRAAdapterError` when LoRA is not enabled or the slot is out of range."""
+        raise LoRAAdapterError(f"the {self.config.architecture} architecture does not serve LoRA adapters")
+
     @abstractmethod
     def forward(
         self,
@@ -331,6 +382,7 @@ class CausalLM(ABC):
         attention: AttentionBackend,
         logits_indices: torch.Tensor,
         threads: int | None = None,
+        lora_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run the new tokens of a batch through the model; return float32 logits of chosen rows.
 
@@ -345,8 +397,12 @@ class CausalLM(ABC):
                 which writes the layer's new keys and values.
             logits_indices: ``int64 [n]``, the rows of the batch to compute logits for.
             threads: threads for the forward's kernels (default: torch's intra-op thread count).
+            lora_slots: ``int32`` or ``int64 [num_tokens]``, the LoRA slot (:meth:`load_lora`) each
+                token row uses, -1 for the base model; ``None`` (the default) is all -1. A model that
+                serves no adapters accepts ``None`` and all -1 only; naming an empty slot or one
+                outside ``max_loras`` raises :class:`~pyagent_core.errors.LoRAAdapterError`.
 
         Returns:
             ``float32 [n, vocab_size]`` logits. A sequence's rows must not depend on the other
-            sequences of the batch beyond float rounding.
+            sequences of the batch (nor on their adapters) beyond float rounding.
         """

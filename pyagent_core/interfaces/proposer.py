@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
@@ -20,6 +20,9 @@ from pyagent_core.options import OptionSpec
 if TYPE_CHECKING:
     from pyagent_core.registry import Registry, Selection
     from pyagent_core.types import AttentionSpec
+
+TargetT = TypeVar("TargetT", covariant=True)
+"""The host's loaded target model, as :attr:`ProposerContext.target` holds it."""
 
 ROOT = -1
 """Parent index of draft nodes that directly follow the request's last token."""
@@ -158,7 +161,7 @@ class ProposerRequest:
 
 
 @attrs.frozen(kw_only=True)
-class ProposerContext:
+class ProposerContext(Generic[TargetT]):
     """What a proposer is built for: the target model's vocabulary and context, and for proposers
     whose spec says ``needs_model``, the target model itself and where the engine found its backends.
 
@@ -166,9 +169,11 @@ class ProposerContext:
         vocab_size: the target model's vocabulary size; drafted token ids must be below it.
         max_model_len: the target model's context length in tokens (prompt and output together).
         target: the engine's loaded target model, for proposers whose spec says ``needs_model``
-            (``None`` for the others). Its type is the engine's: the reference engine passes its
-            ``pyagent_engine.models.loader.LoadedModel`` (the model, its config, tokenizer and
-            dtype); a proposer that needs it depends on that engine.
+            (``None`` for the others). Its type is the host's, the context's type parameter: the
+            reference engine passes a ``ProposerContext[LoadedModel]`` (its
+            ``pyagent_engine.models.loader.LoadedModel``: the model, its config, tokenizer and
+            dtype), so a proposer that needs the target depends on that engine and annotates its
+            context as such.
         registry: the :class:`~pyagent_core.registry.Registry` the engine selected its backends
             from, for ``needs_model`` proposers (``None`` for the others): a proposer that builds an
             engine of its own selects that engine's backends here, never from the global registry.
@@ -181,7 +186,7 @@ class ProposerContext:
 
     vocab_size: int
     max_model_len: int
-    target: Any = attrs.field(default=None, eq=False)
+    target: TargetT | None = attrs.field(default=None, eq=False)
     registry: Registry | None = attrs.field(default=None, eq=False)
     attention: Selection[AttentionSpec] | None = attrs.field(default=None, eq=False)
 
@@ -198,7 +203,7 @@ class Proposer(ABC):
             model itself), see :class:`ProposerContext`.
     """
 
-    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext[object]) -> None:
         self.options = dict(options)
         self.context = context
 

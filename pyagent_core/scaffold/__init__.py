@@ -24,13 +24,15 @@ import attrs
 
 from pyagent_core.errors import ScaffoldError
 from pyagent_core.kinds import KINDS, get_kind
+from pyagent_core.testing import KIT_EXTRAS
 from pyagent_core.types import NAME_RE
+from pyagent_core.version import compatible_requirement
 
 TEMPLATES = resources.files(__package__) / "templates"
-# What a kind's implementation needs beyond pyagent-core (grammar: its token bitmasks are torch tensors; model:
-# the shared decoder layers it is declared on).
-KIND_DEPENDENCIES = {"attention": ("torch",), "grammar": ("torch",), "sampler": ("torch",),
-                     "model": ("torch", "gguf", "pyagent-model-base")}
+# What a kind's implementation needs beyond pyagent-core, with the lower bounds the repository tests from (grammar:
+# its token bitmasks are torch tensors; model: the shared decoder layers it is declared on).
+KIND_DEPENDENCIES = {"attention": ("torch>=2.13",), "grammar": ("torch>=2.13",), "sampler": ("torch>=2.13",),
+                     "model": ("torch>=2.13", "gguf>=0.17", compatible_requirement("pyagent-model-base"))}
 
 
 @attrs.frozen
@@ -100,7 +102,9 @@ def template_values(name: str, kind: str) -> dict[str, str]:
         "name": name, "dist": dist, "package": dist.replace("-", "_"), "kind": info.name,
         "hook": info.hook, "spec_class": info.spec_type.__name__, "class_name": class_name,
         "kind_title": info.title,
-        "dependencies": ", ".join(f'"{d}"' for d in ("pyagent-core", *KIND_DEPENDENCIES.get(info.name, ()))),
+        "dependencies": ", ".join(f'"{d}"' for d in (compatible_requirement(), *KIND_DEPENDENCIES.get(info.name, ()))),
+        "test_dependencies": f'"{compatible_requirement(f"pyagent-core[{KIT_EXTRAS[info.name]}]")}"',
+        "install_hint": f"pip install ./{dist} (from the folder that holds it: {dist} is on no package index)",
     }
     values["about"] = render(f"{info.name}/about.md.tmpl", values).strip()
     return values

@@ -8,6 +8,12 @@ asked for, one attention call per layer in order, decode steps that give the pre
 sequences batched in scattered blocks and prefilled in chunks that give their own logits, and
 bfloat16 close to float32. A test that overrides :meth:`ModelConformance.reference_logits` (with
 transformers' model of the same config and weights, say) is also compared against it.
+
+An architecture that serves LoRA adapters (non-empty ``lora_targets``) is also checked against the
+merged-weights oracle: rows of a slot holding an adapter give the logits of the model whose weights
+are ``W + scale * B A``, rows of other adapters and of the base model in the same batch give their
+own, and misuse (an empty slot, a rank above ``max_lora_rank``, LoRA not enabled) raises
+:class:`~pyagent_core.errors.LoRAAdapterError`.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from pyagent_core.errors import ModelFormatError
+from pyagent_core.errors import LoRAAdapterError, ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.lora import LoRAAdapter, LoRASettings, LoRAWeight
 from pyagent_core.interfaces.model import COMMON_CONFIG_KEYS, REQUIRED, CausalLM, ModelConfig, ModelContext
 from pyagent_core.testing.base import BackendConformance
 from pyagent_core.testing.scaffolded import import_template
@@ -44,6 +51,29 @@ def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> dict
             values = (1 + 0.1 * values) if "norm" in name else 0.1 * values
         weights[name] = values
     return weights
+
+
+def random_adapter(targets: Mapping[str, tuple[int, int]], rank: int, seed: int, *,
+                   only: Sequence[str] | None = None) -> LoRAAdapter:
+    """A LoRA adapter of ``rank`` with random, non-zero matrices on every target (or the targets whose
+    name contains one of ``only``): ``A ~ N(0, 1 / in)``, ``B ~ N(0, 0.1 / rank)``, scale 2 / rank."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, (out_features, in_features) in sorted(targets.items()):
+        if only is None or any(part in name for part in only):
+            a = torch.randn(rank, in_features, generator=generator) / in_features**0.5
+            b = torch.randn(out_features, rank, generator=generator) * 0.1 / rank**0.5
+            weights[name] = LoRAWeight(a=a, b=b, scale=2.0 / rank)
+    return LoRAAdapter(name=f"kit-{seed}", source="kit", format="kit", weights=weights)
+
+
+def merged_weights(weights: Mapping[str, torch.Tensor], adapter: LoRAAdapter) -> dict[str, torch.Tensor]:
+    """``weights`` with every adapted one replaced by ``W + scale * B @ A`` (in float64, rounded once)."""
+    merged = dict(weights)
+    for name, weight in adapter.weights.items():
+        delta = weight.scale * (weight.b.double() @ weight.a.double())
+        merged[name] = (weights[name].double() + delta).to(weights[name].dtype)
+    return merged
 
 
 def metadata(tables: Sequence[Sequence[int]], starts: Sequence[int], counts: Sequence[int],
@@ -239,6 +269,105 @@ class ModelConformance(BackendConformance):
         assert ours.dtype == torch.float32
         scale = theirs.abs().max().item()
         assert (ours - theirs).abs().max().item() <= 0.1 * scale + 0.1
+
+    # --- LoRA adapters -----------------------------------------------------------------------------
+
+    def lora_model(self, weights: Mapping[str, torch.Tensor]) -> tuple[CausalLM, list[LoRAAdapter]]:
+        """The model on ``weights`` with LoRA enabled (3 slots of rank up to 8) and two adapters loaded:
+        rank 8 on every target in slot 0, rank 3 on the attention's targets in slot 2; skips the test
+        when the architecture serves no adapters."""
+        config = self.make_config()
+        targets = self.impl.lora_targets(config)
+        if not targets:
+            pytest.skip(f"{self.impl.__name__} serves no LoRA adapters (lora_targets is empty)")
+        model = self.make_model(weights=weights)
+        model.enable_lora(LoRASettings(max_loras=3, max_lora_rank=8))
+        adapters = [random_adapter(targets, 8, 1), random_adapter(targets, 3, 2, only=("attn",))]
+        assert adapters[1].weights, "the attention's targets are named *attn*"
+        model.load_lora(0, adapters[0])
+        model.load_lora(2, adapters[1])
+        return model, adapters
+
+    def test_lora_rows_give_the_merged_weights_logits(self) -> None:
+        weights = self.make_weights(self.make_config())
+        model, adapters = self.lora_model(weights)
+        ids = self.prompt(model.config)
+        blocks = -(-len(ids) // self.block_size)
+        base = self.prefill(model, ids)
+        for slot, adapter in ((0, adapters[0]), (2, adapters[1])):
+            ours = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                                 metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
+                                 self.make_attention(model), torch.arange(len(ids)),
+                                 lora_slots=torch.full((len(ids),), slot))
+            merged = self.prefill(self.make_model(weights=merged_weights(weights, adapter)), ids)
+            assert (merged - base).abs().max().item() > 1e-2, "the adapter must change the logits"
+            torch.testing.assert_close(ours, merged, atol=1e-4, rtol=0)
+
+    def test_a_mixed_lora_batch_gives_each_row_its_own_logits(self) -> None:
+        """Two adapters and the base model in one batch, then decode steps: each sequence's logits are
+        those of its own single run; all -1 is the base model, bit for bit."""
+        weights = self.make_weights(self.make_config())
+        model, _ = self.lora_model(weights)
+        bs, length = self.block_size, self.prompt_length
+        prompts = [self.prompt(model.config, seed) for seed in (3, 4, 5)]
+        slots = [0, -1, 2]
+        count = -(-(length + 2) // bs)
+        tables = [list(range(i * count, (i + 1) * count)) for i in range(3)]
+        attention = self.make_attention(model)
+        caches = self.make_caches(model.config, 3 * count)
+        ids = torch.tensor([token for prompt in prompts for token in prompt])
+        row_slots = torch.tensor([slot for slot in slots for _ in range(length)])
+        last = torch.tensor([length - 1, 2 * length - 1, 3 * length - 1])
+        batched = [model.forward(ids, torch.arange(length).repeat(3), caches,
+                                 metadata(tables, [0, 0, 0], [length] * 3, bs), attention, last, lora_slots=row_slots)]
+        steps = [[prompt[0] for prompt in prompts], [prompt[1] for prompt in prompts]]
+        for step, tokens in enumerate(steps):
+            batched.append(model.forward(torch.tensor(tokens), torch.full((3,), length + step), caches,
+                                         metadata(tables, [length + step] * 3, [1, 1, 1], bs), attention,
+                                         torch.arange(3), lora_slots=torch.tensor(slots)))
+        for row, (prompt, slot) in enumerate(zip(prompts, slots, strict=True)):
+            single_caches = self.make_caches(model.config, count)
+            table = [list(range(count))]
+            single = [model.forward(torch.tensor(prompt), torch.arange(length), single_caches,
+                                    metadata(table, [0], [length], bs), attention, torch.tensor([length - 1]),
+                                    lora_slots=torch.full((length,), slot))]
+            for step, tokens in enumerate(steps):
+                single.append(model.forward(torch.tensor(tokens[row : row + 1]), torch.tensor([length + step]),
+                                            single_caches, metadata(table, [length + step], [1], bs), attention,
+                                            torch.tensor([0]), lora_slots=torch.tensor([slot])))
+            for got, alone in zip(batched, single, strict=True):
+                torch.testing.assert_close(got[row : row + 1], alone, atol=1e-4, rtol=0)
+        base = self.prefill(model, prompts[1])
+        all_base = model.forward(torch.tensor(prompts[1]), torch.arange(length), self.make_caches(model.config, count),
+                                 metadata([list(range(count))], [0], [length], bs), self.make_attention(model),
+                                 torch.arange(length), lora_slots=torch.full((length,), -1))
+        assert torch.equal(all_base, base)
+
+    def test_lora_misuse_is_refused(self) -> None:
+        weights = self.make_weights(self.make_config())
+        model, adapters = self.lora_model(weights)
+        ids = self.prompt(model.config)
+        blocks = -(-len(ids) // self.block_size)
+
+        def run(slot: int, target: CausalLM = model) -> torch.Tensor:
+            return target.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(target.config, blocks),
+                                  metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
+                                  self.make_attention(target), torch.arange(len(ids)),
+                                  lora_slots=torch.full((len(ids),), slot))
+
+        with pytest.raises(LoRAAdapterError, match="slot 1, which holds no adapter"):
+            run(1)
+        model.unload_lora(2)
+        with pytest.raises(LoRAAdapterError, match="slot 2, which holds no adapter"):
+            run(2)
+        with pytest.raises(LoRAAdapterError, match="outside -1"):
+            run(3)
+        with pytest.raises(LoRAAdapterError, match="above max_lora_rank = 8"):
+            model.load_lora(1, random_adapter(self.impl.lora_targets(model.config), 9, 6))
+        with pytest.raises(LoRAAdapterError, match="slot 3"):
+            model.load_lora(3, adapters[0])
+        with pytest.raises(LoRAAdapterError, match="not enabled"):
+            run(0, self.make_model(weights=weights))
 
     def test_matches_the_reference_implementation(self) -> None:
         config = self.make_config()

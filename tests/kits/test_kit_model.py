@@ -64,6 +64,25 @@ class ScaledLogits(Declared):
         return super().forward(*args, **kwargs) * 1.01
 
 
+class IgnoresAdapters(Declared):
+    """Broken: runs every row on the base model whatever its LoRA slot."""
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None,
+                lora_slots=None):
+        return super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
+
+
+class OneAdapterPerStep(Declared):
+    """Broken: applies the first row's adapter to every row of a step."""
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None,
+                lora_slots=None):
+        if lora_slots is not None:
+            lora_slots = torch.full_like(lora_slots, int(lora_slots[0]))
+        return super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads,
+                               lora_slots)
+
+
 class ForgetsAKey(Declared):
     """Broken: does not write intermediate_size back to config.json."""
 
@@ -82,7 +101,10 @@ def _kit(impl: type) -> ModelConformance:
     (SkipsLastLayer, "test_forward_gives_float32_logits_of_the_asked_rows_and_attends_once_per_layer"),
     (LosesAGgufName, "test_gguf_names_cover_every_weight_once"),
     (ScaledLogits, "test_matches_the_reference_implementation"),
-], ids=["ignores-positions", "forgets-the-cache", "skips-last-layer", "loses-a-gguf-name", "scaled-logits"])
+    (IgnoresAdapters, "test_lora_rows_give_the_merged_weights_logits"),
+    (OneAdapterPerStep, "test_a_mixed_lora_batch_gives_each_row_its_own_logits"),
+], ids=["ignores-positions", "forgets-the-cache", "skips-last-layer", "loses-a-gguf-name", "scaled-logits",
+        "ignores-adapters", "one-adapter-per-step"])
 def test_kit_catches_broken_architecture(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(_kit(impl), check)()

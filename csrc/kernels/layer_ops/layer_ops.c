@@ -11,21 +11,11 @@
 #include "pyagent/common.h"
 #include "pyagent/layer_ops.h"
 #include "common/bf16.h"
+#include "common/lanes.h"
 #include "common/variant.h"
 #include "sampling/vecmath.h"
 
 #define LANES 16
-
-/* The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1). */
-static inline float sum_lanes(const float *lane)
-{
-    float half[8], quarter[4];
-    for (int j = 0; j < 8; ++j)
-        half[j] = lane[j] + lane[j + 8];
-    for (int j = 0; j < 4; ++j)
-        quarter[j] = half[j] + half[j + 4];
-    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
-}
 
 #define CHUNK 256
 #define MAX_HEAD 1024

@@ -56,7 +56,7 @@ static void PAK_V(norm_rows)(void *hidden, const void *delta, const void *weight
                 for (int j = 0; j < LANES; ++j)
                     lane[j] += h[i + j] * h[i + j];
         }
-        const float rstd = 1.0f / sqrtf(sum_lanes(lane) / (float)dim + eps);
+        const float rstd = 1.0f / sqrtf(pak_sum_lanes(lane) / (float)dim + eps);
         for (int64_t c = 0; c < dim; c += CHUNK) {
             const int64_t n = dim - c < CHUNK ? dim - c : CHUNK;
             PAK_V(load)(hidden, bf16, base + c, n, h);

@@ -22,8 +22,8 @@ from pyagent_kernels.errors import (
 Backend = Literal["auto", "c", "torch"]
 BACKENDS: tuple[str, ...] = ("auto", "c", "torch")
 REBUILD_HINT = (
-    "install a C compiler (gcc) and reinstall pyagent-kernels from source, e.g. "
-    "`pip install --force-reinstall --no-deps pyagent-kernels` (or `pip install -e csrc` in a checkout)"
+    "install a C compiler (gcc) and rebuild pyagent-kernels (not on PyPI) in a pyagent checkout: "
+    "`pip install --force-reinstall --no-deps ./csrc`, or `make wheels` and install the wheel it puts in dist/"
 )
 
 

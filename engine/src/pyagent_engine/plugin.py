@@ -12,6 +12,7 @@ import importlib.util
 import typer
 
 from pyagent_core import hookimpl
+from pyagent_core.install import checkout_install_hint
 from pyagent_core.records import DoctorCheck
 
 
@@ -28,7 +29,8 @@ def pyagent_register_commands(app: typer.Typer) -> None:
 def kernels_check() -> DoctorCheck:
     """Whether pyagent-kernels' C extension is compiled for this CPU (it loads without torch)."""
     if importlib.util.find_spec("pyagent_kernels") is None:
-        return DoctorCheck("C kernels", False, "pyagent-kernels is not installed", "pip install pyagent-kernels")
+        return DoctorCheck("C kernels", False, "pyagent-kernels is not installed",
+                           checkout_install_hint("pyagent-kernels", "csrc"))
     import pyagent_kernels
 
     status = pyagent_kernels.status()

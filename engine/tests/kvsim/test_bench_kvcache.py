@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pyagent_core.cli import full_app
+from pyagent_core.commands import command_line
 
 
 def small_trace(tmp_path: Path) -> Path:
@@ -20,7 +20,7 @@ def small_trace(tmp_path: Path) -> Path:
 
 def test_bench_kvcache_writes_json_with_min_and_gap(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(full_app(), ["bench", "kvcache", "--trace", str(small_trace(tmp_path)),
+    result = CliRunner().invoke(command_line(), ["bench", "kvcache", "--trace", str(small_trace(tmp_path)),
                                       "--capacity", "2,4", "--policy", "fifo", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "min" in result.output and "gap closed" in result.output
@@ -47,7 +47,7 @@ def test_bench_kvcache_takes_several_traces_and_shares_of_their_blocks(tmp_path:
     second.write_text("\n".join(json.dumps({"hash_ids": ids}) for ids in ([7, 8], [9], [7, 8, 10], [9, 11]) * 2),
                       encoding="utf-8")
     out = tmp_path / "report.json"
-    result = CliRunner().invoke(full_app(), ["bench", "kvcache", "--trace", str(first), "--trace", str(second),
+    result = CliRunner().invoke(command_line(), ["bench", "kvcache", "--trace", str(first), "--trace", str(second),
                                              "--capacity", "50%,1", "--policy", "fifo", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text(encoding="utf-8"))

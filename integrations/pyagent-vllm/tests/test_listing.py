@@ -8,11 +8,11 @@ import sys
 
 from typer.testing import CliRunner
 
-from pyagent_core.cli import full_app
+from pyagent_core.commands import command_line
 
 
 def test_list_json_names_what_the_adapter_registers() -> None:
-    result = CliRunner().invoke(full_app(), ["vllm", "list", "--json"])
+    result = CliRunner().invoke(command_line(), ["vllm", "list", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     hosted = report["logits_processors"]

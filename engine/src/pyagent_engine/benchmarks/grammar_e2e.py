@@ -252,7 +252,7 @@ def _cell(value: Any, digits: int = 1, suffix: str = "") -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """The report as tables: masks, per-token overhead, end to end."""
-    from pyagent_core.cli.output import print_table
+    from pyagent_core.commands import print_table
 
     setup, masks = report["setup"], report["masks"]
     if "error" in masks:

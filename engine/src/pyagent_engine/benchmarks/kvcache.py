@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyagent_core.errors import PyagentError
+from pyagent_core.install import checkout_install_hint
 from pyagent_core.interfaces.eviction import EvictionContext, EvictionPolicy
 from pyagent_core.kinds import EVICTION
 from pyagent_core.options import validate_options
@@ -97,7 +98,8 @@ def run_kvcache_benchmark(traces: Sequence[BlockTrace], capacities: Sequence[str
     factories = factories if factories is not None else policy_factories()
     if PEER not in factories:
         raise KvcacheBenchError(f"the peer policy {PEER!r} is not installed (found: {sorted(factories) or 'none'}); "
-                                "pip install pyagent-kvcache-policies")
+                                + checkout_install_hint("pyagent-kvcache-policies",
+                                                        "plugins/kvcache/pyagent-kvcache-policies"))
     rows: list[dict[str, Any]] = []
     described = []
     for trace, blocks in zip(traces, sizes, strict=True):

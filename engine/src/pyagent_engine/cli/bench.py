@@ -40,7 +40,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pyagent_core.cli.output import print_json, print_table
+from pyagent_core.commands import print_json, print_table
 
 app = typer.Typer(help="Benchmarks against a named peer, reported as ratios.", no_args_is_help=True)
 OutOpt = Annotated[Path | None, typer.Option(help="Write the results as JSON to this file.")]

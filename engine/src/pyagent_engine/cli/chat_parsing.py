@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pyagent_core.cli.output import error
-from pyagent_core.cli.parse import read_tools, show_message
+from pyagent_core.commands import error, read_tools, show_message
 from pyagent_core.errors import RequestError
 from pyagent_engine.cli.line_editor import StopOnInterrupt
 

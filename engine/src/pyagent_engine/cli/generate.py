@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import attrs
 import typer
 
-from pyagent_core.cli import parse as parse_cli
-from pyagent_core.cli.output import error
+from pyagent_core.commands import ReasoningOpt, ToolParserOpt, ToolsOpt, error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file, logprob_flags
@@ -277,8 +276,8 @@ def chat(
     temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
-    tools: parse_cli.ToolsOpt = None, tool_parser: parse_cli.ToolParserOpt = None,
-    reasoning_parser: parse_cli.ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
+    tools: ToolsOpt = None, tool_parser: ToolParserOpt = None,
+    reasoning_parser: ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
     scheduler_opt: batch_flags.SchedulerOptsOpt = None,
 ) -> None:
     """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pyagent_core.cli import parse as parse_cli
+from pyagent_core.commands import ReasoningOpt, ReasoningOptsOpt, ToolParserOpt, ToolParserOptsOpt
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags
@@ -90,8 +90,8 @@ def serve(
         help="Bearer key every /v1 and tokenizer request must carry (default: none, open).")] = None,
     served_model_name: Annotated[list[str] | None, _option(
         "--served-model-name", "Name(s) the model answers to (repeatable; default: the model file's name).")] = None,
-    tool_parser: parse_cli.ToolParserOpt = None, tool_parser_opt: parse_cli.ToolParserOptsOpt = None,
-    reasoning_parser: parse_cli.ReasoningOpt = None, reasoning_parser_opt: parse_cli.ReasoningOptsOpt = None,
+    tool_parser: ToolParserOpt = None, tool_parser_opt: ToolParserOptsOpt = None,
+    reasoning_parser: ReasoningOpt = None, reasoning_parser_opt: ReasoningOptsOpt = None,
     template_path: Annotated[Path | None, _option(
         "--chat-template", "Jinja chat template file to use instead of the model's.")] = None,
     max_body_bytes: Annotated[int, _option("--max-body-bytes", "Largest request body; larger get a 413.")] = 4 * 2**20,

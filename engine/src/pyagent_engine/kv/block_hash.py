@@ -5,7 +5,7 @@ hashes mean equal prefixes, not merely equal blocks. A request's ``cache_salt`` 
 first block's hash: requests with different salts never share a block, whatever their tokens.
 
 Three hash functions: ``sha256`` (the default; collisions are out of reach), ``xxhash`` (xxh3-128,
-several times faster; needs the ``xxhash`` package: ``pip install 'pyagent-engine[xxhash]'``) and
+several times faster; needs the ``xxhash`` package: ``pip install xxhash``) and
 ``builtin`` (Python's ``hash`` of a tuple: fastest, 64 bits, so collisions are possible on very large
 caches, and values differ between processes).
 """
@@ -54,7 +54,7 @@ def hash_function(name: str) -> HashFunction:
         try:
             import xxhash
         except ImportError:
-            raise ConfigError("kv hash 'xxhash' needs the xxhash package: pip install 'pyagent-engine[xxhash]' "
+            raise ConfigError("kv hash 'xxhash' needs the xxhash package: pip install xxhash "
                               "(or choose --kv-hash sha256 or builtin)") from None
         xxh3 = xxhash.xxh3_128_digest
 

@@ -189,11 +189,12 @@ class SamplerChain:
         self.context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
         built = [registry.load(s.backend)(s.options, self.context) for s in self.selections]
         self.processors: list[LogitsProcessor] = [p for p in built[:-2] if isinstance(p, LogitsProcessor)]
-        self.greedy, self.random = built[-2], built[-1]
-        if len(self.processors) != len(names) or not all(
-            isinstance(s, TokenSelector) for s in (self.greedy, self.random)
+        greedy, random = built[-2], built[-1]
+        if len(self.processors) != len(names) or not isinstance(greedy, TokenSelector) or not isinstance(
+            random, TokenSelector
         ):
             raise TypeError("the sampler chain needs logits processors followed by token selectors")
+        self.greedy, self.random = greedy, random
         for processor in self.processors:
             fusable_step(processor)  # a processor that declares an unknown fused-mask step fails here
         self.rows = SamplerRows(self.context.eos_token_ids)

@@ -123,7 +123,7 @@ class SpeculativeDecoder:
         self.config = config
         self.selection = registry.select(PROPOSER, config.proposer, config.options)
         spec = self.spec = self.selection.backend.spec
-        context = ProposerContext(vocab_size=vocab_size, max_model_len=max_model_len)
+        context: ProposerContext[object] = ProposerContext(vocab_size=vocab_size, max_model_len=max_model_len)
         if spec.needs_model:
             if target is None:
                 raise ConfigError(f"proposer {spec.name!r} drafts with a model and needs the target model, "

@@ -205,7 +205,8 @@ class GrammarOrchestrator:
         if not available:
             raise GrammarBackendError(
                 "no grammar backend is available, so constraints cannot be served; install one "
-                "(pip install pyagent-grammar-xgrammar, -guidance or -lmfe) and see `pyagent list grammar`"
+                "(pyagent-grammar-xgrammar, -guidance or -lmfe, not on PyPI: in a pyagent checkout, `make wheels`, "
+                "then `pip install --find-links dist pyagent-grammar-xgrammar`) and see `pyagent list grammar`"
             )
         try:
             first = self.registry.select(GRAMMAR).backend

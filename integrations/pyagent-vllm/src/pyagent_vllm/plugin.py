@@ -15,8 +15,7 @@ from typing import Annotated
 import typer
 
 from pyagent_core import hookimpl
-from pyagent_core.cli.listing import JsonFlag
-from pyagent_core.cli.output import error, print_json, print_table
+from pyagent_core.commands import JsonFlag, error, print_json, print_table
 from pyagent_core.records import DoctorCheck
 from pyagent_core.registry import get_registry
 from pyagent_vllm.inventory import ORDER_ENV, inventory

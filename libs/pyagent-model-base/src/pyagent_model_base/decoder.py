@@ -21,6 +21,11 @@ metadata, so prefill, chunked prefill and decode steps are the same call. A step
 buffers allocated once for it, with every kernel call between two attention calls checked once and
 then run as it is (:func:`pyagent_kernels.run_prepared`); small steps (decode, draft verification)
 keep theirs for the next step of the same size, so a decode step spends its time in the kernels.
+
+LoRA adapters (:mod:`pyagent_model_base.lora`): every q/k/v, o, gate/up and down projection may be
+adapted; :meth:`DecoderLM.enable_lora` sets up the slots, and a step whose ``lora_slots`` name any
+runs the same plan with a batched LoRA call after each adapted product. A step without adapters runs
+the base plan, untouched.
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gguf
 import torch
 
-from pyagent_core.errors import ModelFormatError, UnsupportedModelError
+from pyagent_core.errors import LoRAAdapterError, ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.lora import LoRAAdapter, LoRASettings
 from pyagent_core.interfaces.model import (
     COMMON_CONFIG_KEYS,
     CausalLM,
@@ -51,6 +58,9 @@ from pyagent_kernels.layer_ops import add_rms_norm
 from pyagent_kernels.linear import linear
 from pyagent_kernels.quantized import QuantizedWeight, shared_format
 from pyagent_model_base.layout import DecoderLayout
+from pyagent_model_base.lora.reading import read_adapter
+from pyagent_model_base.lora.slots import LoRASlots
+from pyagent_model_base.lora.targets import decoder_targets
 from pyagent_model_base.step_plan import REUSED_STEP_TOKENS, LayerWeights, StepPlan, Workspace
 
 #: A dense tensor, or a matrix kept in a GGUF block format.
@@ -285,6 +295,9 @@ class DecoderLM(CausalLM):
         self._step_lock = threading.Lock()
         self._plans: dict[tuple[int, int], StepPlan] = {}
         self._workspace = Workspace(config, dtype, self.device, REUSED_STEP_TOKENS)
+        #: The LoRA slots (:meth:`enable_lora`), or ``None``.
+        self.lora: LoRASlots | None = None
+        self._lora_plans: dict[tuple[int, int], tuple[StepPlan, torch.Tensor, int]] = {}
 
     def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos`` and ``sin`` of every position's rotation angles, ``[max_positions, head_dim]``.
@@ -309,12 +322,14 @@ class DecoderLM(CausalLM):
         attention: AttentionBackend,
         logits_indices: torch.Tensor,
         threads: int | None = None,
+        lora_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """See :meth:`CausalLM.forward`.
 
         Steps of up to :data:`REUSED_STEP_TOKENS` tokens (decode, draft verification) run on buffers and
         kernel calls this model keeps between steps (one step at a time: a call made while another
-        thread's step runs gets its own); larger ones prepare theirs for the step.
+        thread's step runs gets its own); larger ones prepare theirs for the step. A step whose
+        ``lora_slots`` name adapters runs the plan with its LoRA calls (kept the same way).
         """
         tokens = input_ids.shape[0]
         if input_ids.dim() != 1 or positions.shape != (tokens,):
@@ -322,10 +337,14 @@ class DecoderLM(CausalLM):
                 f"input_ids and positions must both be [num_tokens]; got {list(input_ids.shape)} and "
                 f"{list(positions.shape)}"
             )
+        slots = None if lora_slots is None else self._step_lora_slots(lora_slots, tokens)
         if threads is None:
             threads = torch.get_num_threads()
         if tokens <= REUSED_STEP_TOKENS and self._step_lock.acquire(blocking=False):
             try:
+                if slots is not None:
+                    adapted = self._reused_lora_plan(tokens, threads, slots)
+                    return self._run(adapted, input_ids, positions, kv_caches, metadata, attention, logits_indices)
                 plan = self._plans.get((tokens, threads))
                 if plan is None or plan.layers != self.layers:
                     plan = self._plans[tokens, threads] = self._plan(self._workspace, tokens, threads)
@@ -333,10 +352,70 @@ class DecoderLM(CausalLM):
             finally:
                 self._step_lock.release()
         plan = self._plan(Workspace(self.config, self.dtype, self.device, tokens), tokens, threads)
+        if slots is not None:
+            assert self.lora is not None
+            self.lora.weave(plan, self.layers, slots)
         return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
 
     def _plan(self, workspace: Workspace, tokens: int, threads: int) -> StepPlan:
         return StepPlan(self.config, self.layers, workspace, tokens, threads)
+
+    # --- LoRA adapters -------------------------------------------------------------------------
+
+    @classmethod
+    def lora_targets(cls, config: ModelConfig) -> dict[str, tuple[int, int]]:
+        """Every q/k/v, o, gate/up and down projection weight of every layer, with its ``(out, in)``;
+        see :meth:`CausalLM.lora_targets`."""
+        shapes = cls.weight_shapes(config)
+        return {name: (shapes[name][0], shapes[name][1]) for name in decoder_targets(cls.layout, config)
+                if name in shapes}
+
+    @classmethod
+    def read_lora(cls, path: str | Path, config: ModelConfig, name: str | None = None) -> LoRAAdapter:
+        """A PEFT folder or a llama.cpp LoRA GGUF of :attr:`gguf_arch`; see :meth:`CausalLM.read_lora`
+        and :func:`pyagent_model_base.lora.reading.read_adapter`."""
+        return read_adapter(path, cls.lora_targets(config), config, gguf_arch=gguf.MODEL_ARCH_NAMES[cls.gguf_arch],
+                            gguf_names=cls.gguf_tensor_names(config), permuted_heads=cls.gguf_permuted_heads(config),
+                            name=name)
+
+    def enable_lora(self, settings: LoRASettings) -> None:
+        """Set up ``settings.max_loras`` empty slots; see :meth:`CausalLM.enable_lora`."""
+        self.lora = LoRASlots(self.layout, self.config, self.weight_shapes(self.config), settings, self.dtype)
+        self._lora_plans.clear()
+
+    def load_lora(self, slot: int, adapter: LoRAAdapter) -> None:
+        """See :meth:`CausalLM.load_lora`."""
+        self._enabled_lora().load(slot, adapter)
+
+    def unload_lora(self, slot: int) -> None:
+        """See :meth:`CausalLM.unload_lora`."""
+        self._enabled_lora().unload(slot)
+
+    def _enabled_lora(self) -> LoRASlots:
+        if self.lora is None:
+            raise LoRAAdapterError("LoRA is not enabled on this model; call enable_lora(LoRASettings(max_loras, "
+                                   "max_lora_rank)) first")
+        return self.lora
+
+    def _step_lora_slots(self, lora_slots: torch.Tensor, tokens: int) -> torch.Tensor | None:
+        """The step's slots (int32), or ``None`` when no row uses an adapter."""
+        if self.lora is None:
+            if lora_slots.shape != (tokens,) or bool((lora_slots != -1).any()):
+                raise LoRAAdapterError("lora_slots names adapters, but LoRA is not enabled on this model; call "
+                                       "enable_lora first, or pass None (all -1) for the base model")
+            return None
+        return self.lora.step_slots(lora_slots, tokens)
+
+    def _reused_lora_plan(self, tokens: int, threads: int, slots: torch.Tensor) -> StepPlan:
+        """The kept plan with LoRA calls for steps of ``tokens`` tokens, its slot buffer holding ``slots``."""
+        assert self.lora is not None
+        kept = self._lora_plans.get((tokens, threads))
+        if kept is None or kept[0].layers != self.layers or kept[2] != self.lora.version:
+            plan, buffer = self._plan(self._workspace, tokens, threads), torch.empty(tokens, dtype=torch.int32)
+            self.lora.weave(plan, self.layers, buffer)
+            kept = self._lora_plans[tokens, threads] = (plan, buffer, self.lora.version)
+        kept[1].copy_(slots)
+        return kept[0]
 
     def _run(
         self,

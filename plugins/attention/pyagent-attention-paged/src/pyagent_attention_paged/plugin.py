@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import AttentionSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = AttentionSpec(
     name="paged",
@@ -30,7 +31,7 @@ SPEC = AttentionSpec(
         ),
     )},
     requires=("pyagent-kernels",),
-    install_hint="pip install pyagent-attention-paged (and a C compiler to build pyagent-kernels)",
+    install_hint=checkout_install_hint("pyagent-attention-paged", "plugins/attention/pyagent-attention-paged"),
     dtypes=("float32", "bfloat16"),
     prefill=True,
     decode=True,

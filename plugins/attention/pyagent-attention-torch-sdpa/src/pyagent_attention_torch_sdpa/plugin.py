@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import AttentionSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = AttentionSpec(
     name="torch-sdpa",
@@ -28,7 +29,8 @@ SPEC = AttentionSpec(
         ),
     )},
     requires=("torch",),
-    install_hint="pip install pyagent-attention-torch-sdpa",
+    install_hint=checkout_install_hint("pyagent-attention-torch-sdpa",
+                                      "plugins/attention/pyagent-attention-torch-sdpa"),
     dtypes=("float32", "bfloat16"),
     prefill=True,
     decode=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import GrammarSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = GrammarSpec(
     name="guidance",
@@ -23,7 +24,7 @@ SPEC = GrammarSpec(
                                     help="compile oneOf as anyOf (may accept instances matching several branches)"),
     },
     requires=("llguidance==1.9.1", "torch"),
-    install_hint="pip install pyagent-grammar-guidance",
+    install_hint=checkout_install_hint("pyagent-grammar-guidance", "plugins/grammars/pyagent-grammar-guidance"),
     constraint_kinds=("json_schema", "json_object", "regex", "choice", "grammar"),
     grammar_dialects=("lark", "gbnf", "ebnf"),
     jump_forward=True,

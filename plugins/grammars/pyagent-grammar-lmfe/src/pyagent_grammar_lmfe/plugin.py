@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import GrammarSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 UNENFORCED_KEYWORDS = (
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "uniqueItems",
@@ -38,7 +39,7 @@ SPEC = GrammarSpec(
                                        help="most items of a JSON array whose schema sets no maxItems"),
     },
     requires=("lm-format-enforcer==0.11.3", "torch"),
-    install_hint="pip install pyagent-grammar-lmfe",
+    install_hint=checkout_install_hint("pyagent-grammar-lmfe", "plugins/grammars/pyagent-grammar-lmfe"),
     constraint_kinds=("json_schema", "json_object", "regex", "choice"),
     rollback=True,
     refused_keywords=UNENFORCED_KEYWORDS,

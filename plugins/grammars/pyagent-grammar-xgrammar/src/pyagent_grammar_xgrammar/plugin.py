@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import GrammarSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = GrammarSpec(
     name="xgrammar",
@@ -24,7 +25,9 @@ SPEC = GrammarSpec(
                                 help="let JSON object properties come in any order (default: the schema's order)"),
     },
     requires=("xgrammar==0.2.8", "torch"),
-    install_hint="pip install pyagent-grammar-xgrammar && pip install --no-deps xgrammar==0.2.8",
+    install_hint=(checkout_install_hint("pyagent-grammar-xgrammar", "plugins/grammars/pyagent-grammar-xgrammar")
+                  + "; xgrammar's wheel also declares triton (about 1 GB, never imported on CPU), which "
+                  "`make install` leaves out by installing xgrammar with --no-deps"),
     constraint_kinds=("json_schema", "json_object", "regex", "choice", "grammar", "structural_tag"),
     grammar_dialects=("ebnf", "gbnf", "lark"),
     jump_forward=True,

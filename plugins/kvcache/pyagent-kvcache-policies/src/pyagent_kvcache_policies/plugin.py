@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import EvictionSpec, OptionSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_kvcache_policies"
-INSTALL_HINT = "pip install pyagent-kvcache-policies"
+INSTALL_HINT = checkout_install_hint("pyagent-kvcache-policies", "plugins/kvcache/pyagent-kvcache-policies")
 
 
 def _spec(name: str, impl: str, summary: str, description: str = "", priority: int = 0,

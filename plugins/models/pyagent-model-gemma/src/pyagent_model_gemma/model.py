@@ -163,9 +163,10 @@ class Gemma2(DecoderLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: Sequence[torch.Tensor],
                 metadata: AttentionMetadata, attention: AttentionBackend, logits_indices: torch.Tensor,
-                threads: int | None = None) -> torch.Tensor:
+                threads: int | None = None, lora_slots: torch.Tensor | None = None) -> torch.Tensor:
         """The base's forward, final logits soft-capped when the config says so."""
-        logits = super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
+        logits = super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads,
+                                 lora_slots)
         cap = self.config.settings.get("final_logit_softcapping")
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

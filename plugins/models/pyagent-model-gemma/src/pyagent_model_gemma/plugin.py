@@ -1,6 +1,9 @@
 """Registers the Gemma 2 and Gemma 3 architectures. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
+
+INSTALL_HINT = checkout_install_hint("pyagent-model-gemma", "plugins/models/pyagent-model-gemma")
 
 GEMMA2 = ModelSpec(
     name="gemma2",
@@ -10,7 +13,7 @@ GEMMA2 = ModelSpec(
     architectures=("Gemma2ForCausalLM",),
     gguf_architectures=("gemma2",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-gemma",
+    install_hint=INSTALL_HINT,
 )
 GEMMA3 = ModelSpec(
     name="gemma3",
@@ -20,7 +23,7 @@ GEMMA3 = ModelSpec(
     architectures=("Gemma3ForCausalLM",),
     gguf_architectures=("gemma3",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-gemma",
+    install_hint=INSTALL_HINT,
 )
 
 

@@ -1,6 +1,9 @@
 """Registers the Llama and Mistral architectures. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
+
+INSTALL_HINT = checkout_install_hint("pyagent-model-llama", "plugins/models/pyagent-model-llama")
 
 SPEC = ModelSpec(
     name="llama",
@@ -9,7 +12,7 @@ SPEC = ModelSpec(
     architectures=("LlamaForCausalLM",),
     gguf_architectures=("llama",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-llama",
+    install_hint=INSTALL_HINT,
 )
 MISTRAL = ModelSpec(
     name="mistral",
@@ -17,7 +20,7 @@ MISTRAL = ModelSpec(
     summary="Mistral: the Llama layers, each attending within a sliding window (GGUF files are llama's).",
     architectures=("MistralForCausalLM",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-llama",
+    install_hint=INSTALL_HINT,
 )
 
 

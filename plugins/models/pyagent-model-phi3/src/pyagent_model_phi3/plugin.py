@@ -1,6 +1,7 @@
 """Registers the Phi-3 architecture. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = ModelSpec(
     name="phi3",
@@ -9,7 +10,7 @@ SPEC = ModelSpec(
     architectures=("Phi3ForCausalLM",),
     gguf_architectures=("phi3",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-phi3",
+    install_hint=checkout_install_hint("pyagent-model-phi3", "plugins/models/pyagent-model-phi3"),
 )
 
 

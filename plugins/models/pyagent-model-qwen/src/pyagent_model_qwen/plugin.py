@@ -1,6 +1,9 @@
 """Registers the Qwen2 and Qwen3 architectures. pyagent imports this module on every listing: keep it light."""
 
 from pyagent_core import ModelSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
+
+INSTALL_HINT = checkout_install_hint("pyagent-model-qwen", "plugins/models/pyagent-model-qwen")
 
 QWEN2 = ModelSpec(
     name="qwen2",
@@ -9,7 +12,7 @@ QWEN2 = ModelSpec(
     architectures=("Qwen2ForCausalLM",),
     gguf_architectures=("qwen2",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-qwen",
+    install_hint=INSTALL_HINT,
 )
 QWEN3 = ModelSpec(
     name="qwen3",
@@ -18,7 +21,7 @@ QWEN3 = ModelSpec(
     architectures=("Qwen3ForCausalLM",),
     gguf_architectures=("qwen3",),
     requires=("torch",),
-    install_hint="pip install pyagent-model-qwen",
+    install_hint=INSTALL_HINT,
 )
 
 

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from functools import partial
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_samplers_constraints"
-INSTALL_HINT = "pip install pyagent-samplers-constraints"
+INSTALL_HINT = checkout_install_hint("pyagent-samplers-constraints", "plugins/samplers/pyagent-samplers-constraints")
 EMPTIED_ROWS = " A ban that would remove every token left in a row is skipped for that row and step."
 
 

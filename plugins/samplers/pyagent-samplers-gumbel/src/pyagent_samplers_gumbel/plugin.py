@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 
 @hookimpl
@@ -30,5 +31,5 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         priority=0,
         requires=("torch", "pyagent_kernels"),
         selects_token=True,
-        install_hint="pip install pyagent-samplers-gumbel",
+        install_hint=checkout_install_hint("pyagent-samplers-gumbel", "plugins/samplers/pyagent-samplers-gumbel"),
     ))

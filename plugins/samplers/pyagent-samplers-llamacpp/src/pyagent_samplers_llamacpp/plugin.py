@@ -6,9 +6,10 @@ from collections.abc import Callable
 from functools import partial
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_samplers_llamacpp"
-INSTALL_HINT = "pip install pyagent-samplers-llamacpp"
+INSTALL_HINT = checkout_install_hint("pyagent-samplers-llamacpp", "plugins/samplers/pyagent-samplers-llamacpp")
 
 
 @hookimpl

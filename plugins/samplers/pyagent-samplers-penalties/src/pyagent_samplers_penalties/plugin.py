@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 
 @hookimpl
@@ -39,5 +40,5 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         priority=0,
         requires=("torch", "pyagent_kernels"),
         argmax_invariant=False,
-        install_hint="pip install pyagent-samplers-penalties",
+        install_hint=checkout_install_hint("pyagent-samplers-penalties", "plugins/samplers/pyagent-samplers-penalties"),
     ))

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, SamplerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_samplers_reference"
-INSTALL_HINT = "pip install pyagent-samplers-reference"
+INSTALL_HINT = checkout_install_hint("pyagent-samplers-reference", "plugins/samplers/pyagent-samplers-reference")
 # Reference implementations: a faster plugin's samplers should outrank them. Multinomial ranks above
 # greedy so that, when nothing is selected, the token is drawn from the processed distribution.
 PRIORITY = 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, SchedulerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_scheduler_policies"
-INSTALL_HINT = "pip install pyagent-scheduler-policies"
+INSTALL_HINT = checkout_install_hint("pyagent-scheduler-policies", "plugins/schedulers/pyagent-scheduler-policies")
 
 
 def _spec(name: str, impl: str, summary: str, description: str, priority: int = 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 SPEC = ProposerSpec(
     name="draft-model",
@@ -26,7 +27,7 @@ SPEC = ProposerSpec(
         "kv_cache_gib": OptionSpec(type=float, default=0.25, min=0.01, max=64.0,
                                    help="memory for the draft engine's KV cache"),
     },
-    install_hint="pip install pyagent-spec-draft-model",
+    install_hint=checkout_install_hint("pyagent-spec-draft-model", "plugins/spec_decode/pyagent-spec-draft-model"),
     needs_model=True,
 )
 """The proposer's spec record, also used by the tests."""

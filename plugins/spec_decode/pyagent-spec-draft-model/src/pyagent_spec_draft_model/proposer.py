@@ -66,7 +66,7 @@ class DraftModelProposer(Proposer):
             tokenizer is not the target's.
     """
 
-    def __init__(self, options: Mapping[str, Any], context: ProposerContext) -> None:
+    def __init__(self, options: Mapping[str, Any], context: ProposerContext[LoadedModel]) -> None:
         super().__init__(options, context)
         target, registry = context.target, context.registry
         if target is None or registry is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 from pyagent_core.interfaces.proposer import KERNEL_BACKEND_OPTION
 
 SPEC = ProposerSpec(
@@ -28,7 +29,7 @@ SPEC = ProposerSpec(
         "backend": KERNEL_BACKEND_OPTION,
     },
     requires=("pyagent-kernels",),
-    install_hint="pip install pyagent-spec-ngram",
+    install_hint=checkout_install_hint("pyagent-spec-ngram", "plugins/spec_decode/pyagent-spec-ngram"),
     tree=False,
 )
 """The proposer's spec record, also used by the tests."""

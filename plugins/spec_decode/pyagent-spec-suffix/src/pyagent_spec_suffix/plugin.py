@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ProposerSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 from pyagent_core.interfaces.proposer import KERNEL_BACKEND_OPTION
 
 SPEC = ProposerSpec(
@@ -41,7 +42,7 @@ SPEC = ProposerSpec(
         "backend": KERNEL_BACKEND_OPTION,
     },
     requires=("pyagent-kernels",),
-    install_hint="pip install pyagent-spec-suffix",
+    install_hint=checkout_install_hint("pyagent-spec-suffix", "plugins/spec_decode/pyagent-spec-suffix"),
     tree=True,
 )
 """The proposer's spec record, also used by the tests."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyagent_core import OptionSpec, ReasoningParserSpec, hookimpl
+from pyagent_core.install import checkout_install_hint
 
 PACKAGE = "pyagent_reasoning_parsers.parser"
-INSTALL_HINT = "pip install pyagent-reasoning-parsers"
+INSTALL_HINT = checkout_install_hint("pyagent-reasoning-parsers", "plugins/tool_parsers/pyagent-reasoning-parsers")
 
 # name: (class, summary, model families, chat-template substrings that identify the format)
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
