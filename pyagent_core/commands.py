@@ -27,6 +27,7 @@ from typing import Annotated, Any
 import typer
 
 from pyagent_core.errors import RequestError
+from pyagent_core.text import read_utf8
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 """``--json``: print JSON instead of a table."""
@@ -70,15 +71,14 @@ def error(message: str) -> None:
 def read_tools(path: Path | None) -> list[dict[str, Any]]:
     """The tools in ``path`` (a JSON list, or an object with a ``tools`` list); none without a path.
 
-    Raises :class:`~pyagent_core.errors.RequestError` for a file that cannot be read, is not JSON or
-    holds no list.
+    Raises :class:`~pyagent_core.errors.RequestError` for a file that cannot be read, is not UTF-8 (the
+    message names the byte), is not JSON or holds no list.
     """
     if path is None:
         return []
+    text = read_utf8(path, "tools")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RequestError(f"cannot read tools file {path}: {exc.strerror}") from None
+        value = json.loads(text)
     except ValueError as exc:
         raise RequestError(f"tools file {path} is not JSON ({exc}); write a list of tool definitions") from None
     tools = value.get("tools") if isinstance(value, dict) else value

@@ -75,6 +75,24 @@ class NoBackendError(SelectionError):
                          "see `pyagent list` and the backend matrix in docs/backends.md")
 
 
+class NotSelectableError(SelectionError):
+    """A backend that the kind's selection cannot name (a sampler selection naming a logits processor)."""
+
+    def __init__(self, kind: str, name: str, source: str, why: str, valid: Iterable[str]) -> None:
+        self.kind, self.name = kind, name
+        super().__init__(f"{kind} {name!r} (from {source}) {why}; the {kind} selection is one of: "
+                         f"{', '.join(sorted(valid)) or '(none installed)'}")
+
+
+class NothingSelectedError(SelectionError):
+    """Nothing selects a backend of a kind that has no default (the parsers)."""
+
+    def __init__(self, kind: str, env_var: str, no_default: str) -> None:
+        self.kind = kind
+        super().__init__(f"no {kind} is selected and the kind has no default ({no_default}); choose one with "
+                         f"`pyagent use {kind} NAME`, {env_var}=NAME or the command's flag")
+
+
 class AmbiguousBackendError(SelectionError):
     """Two or more distributions registered the same backend name for one kind."""
 

@@ -8,6 +8,7 @@ too, with results typed by the common base :class:`~pyagent_core.types.BackendSp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -29,9 +30,26 @@ from pyagent_core.types import (
 S = TypeVar("S", bound=BackendSpec)
 
 
+def _every_backend(_spec: Any) -> bool:
+    return True
+
+
 @attrs.frozen
 class Kind(Generic[S]):
-    """One component kind and everything the registry needs to know about it."""
+    """One component kind and everything the registry needs to know about it.
+
+    Attributes:
+        selectable: which backends the kind's selection may name (``PYAGENT_<KIND>``, ``pyagent use``,
+            the config files, the default): every one, except for samplers, where the selection
+            names the chain's token selector (its ``select`` stage); logits processors join a chain
+            by their stage, or by name in an order string.
+        not_selectable: why a backend that ``selectable`` refuses cannot be the kind's selection,
+            and what to do instead.
+        default_by_priority: when nothing selects a backend, the available one with the highest
+            priority is the default. ``False`` (tool-call and reasoning parsers): there is no
+            default; a host uses none, or one it detects (``pyagent serve`` reads the chat template).
+        no_default: what a host does when nothing selects a backend of a kind without a default.
+    """
 
     name: str
     title: str
@@ -39,6 +57,10 @@ class Kind(Generic[S]):
     spec_type: type[S]
     folder: str
     interface: str
+    selectable: Callable[[Any], bool] = _every_backend
+    not_selectable: str = ""
+    default_by_priority: bool = True
+    no_default: str = ""
 
     @property
     def plural(self) -> str:
@@ -54,7 +76,11 @@ class Kind(Generic[S]):
 ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
                  "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
-               "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler")
+               "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler",
+               selectable=lambda spec: bool(spec.selects_token),
+               not_selectable=("is a logits processor: the sampler selection names the chain's token selector (its "
+                               "select stage). Processors join the default chain by their stage; name them in an "
+                               "order such as --samplers top_k,temperature"))
 GRAMMAR = Kind("grammar", "grammar backend", "pyagent_register_grammar_backends", GrammarSpec,
                "plugins/grammars", "pyagent_core.interfaces.grammar:GrammarBackend")
 PROPOSER = Kind("proposer", "speculative proposer", "pyagent_register_proposers", ProposerSpec,
@@ -65,11 +91,14 @@ SCHEDULER = Kind("scheduler", "scheduling policy", "pyagent_register_schedulers"
                  "plugins/schedulers", "pyagent_core.interfaces.scheduler:SchedulingPolicy")
 MODEL = Kind("model", "model architecture", "pyagent_register_models", ModelSpec,
              "plugins/models", "pyagent_core.interfaces.model:CausalLM")
+_PARSER_DEFAULT = "none unless one is selected (`pyagent serve` detects one from the model's chat template)"
 TOOL_PARSER = Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers", ToolParserSpec,
-                   "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser")
+                   "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser",
+                   default_by_priority=False, no_default=_PARSER_DEFAULT)
 REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_register_reasoning_parsers",
                         ReasoningParserSpec, "plugins/tool_parsers",
-                        "pyagent_core.interfaces.reasoning_parser:ReasoningParser")
+                        "pyagent_core.interfaces.reasoning_parser:ReasoningParser",
+                        default_by_priority=False, no_default=_PARSER_DEFAULT)
 
 KINDS: dict[str, Kind[Any]] = {
     k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,

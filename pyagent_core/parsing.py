@@ -16,7 +16,7 @@ import attrs
 from pyagent_core.interfaces.reasoning_parser import ReasoningParser, ReasoningParserContext
 from pyagent_core.interfaces.tool_parser import DeltaMessage, ToolCall, ToolParser, ToolParserContext
 from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER, Kind
-from pyagent_core.registry import Registry, get_registry
+from pyagent_core.registry import NO_BACKEND, Registry, get_registry
 from pyagent_core.types import ReasoningParserSpec, ToolParserSpec
 
 
@@ -170,3 +170,27 @@ def detect_tool_parser(chat_template: str, registry: Registry | None = None) -> 
 def detect_reasoning_parser(chat_template: str, registry: Registry | None = None) -> str | None:
     """The reasoning parser for a model with this chat template, or ``None`` (see :func:`detect_parser`)."""
     return detect_parser(REASONING_PARSER, chat_template, registry)
+
+
+def choose_parser(kind: Kind[ToolParserSpec] | Kind[ReasoningParserSpec], given: str | None,
+                  chat_template: str | None = None, registry: Registry | None = None) -> tuple[str | None, str]:
+    """The parser of ``kind`` a host uses, and where the choice came from.
+
+    DESIGN rule 5 for a kind without a default: ``given`` (a command-line flag or an argument) >
+    ``PYAGENT_<KIND>`` > ``pyagent.toml`` > the user config > the parser detected from
+    ``chat_template`` (when the host passes one: ``pyagent serve``) > none. ``"none"`` from any of
+    the sources turns the parser off (no detection). The name is checked when the parser is built
+    (:func:`build_message_parser`).
+    """
+    registry = registry or get_registry()
+    if given is not None:
+        return (None if given == NO_BACKEND else given), "the flag"
+    configured = registry.settings.selected(kind.name)
+    if configured is not None:
+        name, source = configured
+        return (None if name == NO_BACKEND else name), source
+    if chat_template is not None:
+        detected = detect_parser(kind, chat_template, registry)
+        if detected is not None:
+            return detected, "detected from the chat template"
+    return None, "none selected"

@@ -34,7 +34,8 @@ class EngineInfo:
 
     Attributes:
         engine_id: unique among the engines of this process (``"engine-0"``...).
-        model: the model's path or name as the user gave it (the embedded model's file path by default).
+        model: the model's name as the host reports it (``pyagent serve``: its first served name), else its
+            path as the user gave it (the embedded model's file path by default).
         architecture: the model architecture (``"llama"``...).
         dtype: the compute dtype (``"float32"``, ``"bfloat16"``).
         vocab_size: the size of the logits' last dimension.

@@ -8,7 +8,8 @@ metadata; only :meth:`Registry.check` (``pyagent list --check``) and :meth:`Regi
 import code.
 
 Selection follows DESIGN.md rule 5: explicit argument > ``PYAGENT_<KIND>`` > project
-``pyagent.toml`` > user config > the highest-priority available backend.
+``pyagent.toml`` > user config > the highest-priority available backend (a kind without a default,
+the parsers, has none: :meth:`Registry.selected` is then ``None``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pyagent_core.errors import (
     AmbiguousBackendError,
     BackendUnavailableError,
     NoBackendError,
+    NothingSelectedError,
+    NotSelectableError,
     OptionError,
     SpecError,
     UnknownBackendError,
@@ -66,6 +69,9 @@ if TYPE_CHECKING:
     from pyagent_core.interfaces.tool_parser import ToolParser
 
 STATUS_OK, STATUS_FAILED, STATUS_BLOCKED = "ok", "failed", "blocked"
+NO_BACKEND = "none"
+"""The selection that turns a kind without a default off, whatever a host would detect
+(``PYAGENT_TOOL_PARSER=none``, ``--tool-parser none``)."""
 
 S = TypeVar("S", bound=BackendSpec)
 
@@ -439,9 +445,23 @@ class Registry:
     def default(self, kind: str) -> Backend[BackendSpec] | None: ...
 
     def default(self, kind: str | Kind[Any]) -> Backend[Any] | None:
-        """The highest-priority available backend of ``kind`` (ties: by name), if any."""
-        choices = sorted(self.available(kind), key=lambda b: (-b.spec.priority, b.name, b.dist or ""))
+        """The backend of ``kind`` chosen when nothing selects one: the available backend with the
+        highest priority (ties: by name) among those the kind's selection may name (for samplers, the
+        token selectors), if any; ``None`` for a kind without a default (the parsers)."""
+        handle = get_kind(kind)
+        if not handle.default_by_priority:
+            return None
+        choices = sorted((b for b in self.available(handle.name) if handle.selectable(b.spec)),
+                         key=lambda b: (-b.spec.priority, b.name, b.dist or ""))
         return choices[0] if choices else None
+
+    def check_selectable(self, backend: Backend[Any], source: str) -> None:
+        """Raise :class:`NotSelectableError` when ``backend`` cannot be its kind's selection (a sampler
+        selection naming a logits processor); ``source`` says where the choice came from."""
+        handle = get_kind(backend.kind)
+        if not handle.selectable(backend.spec):
+            valid = {b.name for b in self.backends(handle.name) if handle.selectable(b.spec)}
+            raise NotSelectableError(handle.name, backend.name, source, handle.not_selectable, valid)
 
     @overload
     def load(self, backend: Backend[AttentionSpec]) -> type[AttentionBackend]: ...
@@ -503,11 +523,15 @@ class Registry:
                options: Mapping[str, Any] | None = None) -> Selection[Any]:
         """Choose the backend of ``kind``: ``name`` > environment > project > user > priority.
 
-        ``options`` (from code or ``--opt``) override the option tables of the config files.
-        Raises a :class:`~pyagent_core.errors.SelectionError` naming the backend, the reason and
-        the valid choices, or :class:`OptionError` for a bad option.
+        ``name`` may be any backend of the kind (a host asking for one by name: the sampler chain's
+        processors); the other sources name one the kind's selection may name (for samplers, a token
+        selector). ``options`` (from code or ``--opt``) override the option tables of the config
+        files. Raises a :class:`~pyagent_core.errors.SelectionError` naming the backend, the reason
+        and the valid choices (:class:`NothingSelectedError` when nothing selects a backend of a
+        kind without a default), or :class:`OptionError` for a bad option.
         """
-        kind_name = get_kind(kind).name
+        handle = get_kind(kind)
+        kind_name = handle.name
         if name:
             chosen, source = name, "argument"
         elif (configured := self.settings.selected(kind_name)) is not None:
@@ -515,8 +539,11 @@ class Registry:
         else:
             default = self.default(kind_name)
             if default is None:
+                if not handle.default_by_priority:
+                    raise NothingSelectedError(kind_name, handle.env_var, handle.no_default)
                 raise NoBackendError(kind_name, [(b.name, self.availability(b).reason or "")
-                                                 for b in self.backends(kind_name)], self.blocked_hint(kind_name))
+                                                 for b in self.backends(kind_name) if handle.selectable(b.spec)],
+                                     self.blocked_hint(kind_name))
             return self._with_options(default, f"default (priority {default.spec.priority})", options)
         try:
             backend = self.get(kind_name, chosen)
@@ -526,11 +553,24 @@ class Registry:
             where = f"the {source} selects it; change it there, or run `pyagent use {kind_name} NAME`"
             raise UnknownBackendError(kind_name, chosen, {b.name for b in self.backends(kind_name)},
                                       "; ".join(filter(None, (where, exc.hint)))) from None
+        if source != "argument":
+            self.check_selectable(backend, source)
         verdict = self.availability(backend)
         if not verdict.available:
             raise BackendUnavailableError(kind_name, chosen, verdict.reason or "unavailable",
                                           [b.name for b in self.available(kind_name)])
         return self._with_options(backend, source, options)
+
+    def selected(self, kind: str | Kind[Any], name: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> Selection[Any] | None:
+        """:meth:`select`, or ``None`` for a kind without a default (the parsers) when nothing selects
+        a backend or the selection is :data:`NO_BACKEND` (a host then uses none, or detects one)."""
+        handle = get_kind(kind)
+        if not handle.default_by_priority:
+            configured = name or (self.settings.selected(handle.name) or (None, ""))[0]
+            if configured is None or configured == NO_BACKEND:
+                return None
+        return self.select(handle, name, options)
 
     def _with_options(self, backend: Backend[Any], source: str,
                       explicit: Mapping[str, Any] | None) -> Selection[Any]:

@@ -112,8 +112,11 @@ class AttentionSpec(BackendSpec):
     logits_soft_cap: bool = False
 
 
-SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "final")
-"""The stages of the default sampler chain, in the order they run:
+SELECT_STAGE = "select"
+"""The stage of the token selector, which ends every chain: exactly one sampler of a chain is there."""
+
+SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "final", SELECT_STAGE)
+"""The stages of a sampler chain, in the order they run:
 
 - ``constraints``: hard constraints and biases on the raw logits (logit bias, banned, allowed and
   suppressed tokens, a minimum length, no-repeat n-grams): what a request forbids or forces.
@@ -123,41 +126,47 @@ SAMPLER_STAGES = ("constraints", "penalties", "truncation", "temperature", "fina
 - ``temperature``: scaling of what is left (dynamic temperature, then temperature).
 - ``final``: processors that must see the fully shaped distribution and change it last
   (mirostat's adaptive cut-off).
+- ``select``: the token selector (multinomial, greedy, gumbel...), which chooses each row's token
+  from the processed logits. The other stages hold every processor that declares them; this one
+  holds the one selector the sampler kind's selection names (see
+  :class:`~pyagent_core.interfaces.sampler.TokenSelector` for how it treats greedy requests).
 """
+
+PROCESSOR_STAGES = SAMPLER_STAGES[:-1]
+"""The stages of logits processors: every stage but :data:`SELECT_STAGE`."""
 
 
 @attrs.frozen(kw_only=True)
 class SamplerSpec(BackendSpec):
-    """A batch-level logits processor, or a final token selector (``selects_token=True``).
+    """A batch-level logits processor, or a token selector (``stage="select"``).
 
     Attributes:
         argmax_invariant: the processor never changes a row's argmax (the engine may skip it for
             greedy rows); checked by the conformance kit.
-        selects_token: a token selector (greedy, multinomial...) rather than a logits processor.
-        stage: where the processor goes in the default chain: one of :data:`SAMPLER_STAGES`, which
-            run in that order. ``None``: the processor runs only when a chain names it (an explicit
-            order such as ``--samplers``). Token selectors have no stage.
+        stage: where the sampler goes in a chain: one of :data:`SAMPLER_STAGES`, which run in that
+            order. A logits processor with one of the :data:`PROCESSOR_STAGES` is in the default
+            chain; ``None``: it runs only when a chain names it (an explicit order such as
+            ``--samplers``). A token selector declares :data:`SELECT_STAGE` (it implements
+            :class:`~pyagent_core.interfaces.sampler.TokenSelector`); a chain holds one, chosen like
+            the backend of any kind (see ``pyagent use sampler``).
         position: the processor's place within its stage, smallest first (processors with equal
             positions are ordered by name). The shipped processors use multiples of 10.
+
+    An option of ``options`` declared with ``request=True`` is also a per-request parameter (see
+    :class:`~pyagent_core.options.OptionSpec`): hosts offer it as a flag and a request field.
     """
 
     kind: ClassVar[str] = "sampler"
 
     argmax_invariant: bool = False
-    selects_token: bool = False
     stage: str | None = attrs.field(default=None)
     position: float = attrs.field(default=0)
 
     @stage.validator
     def _known_stage(self, _attr: Any, value: str | None) -> None:
-        if value is None:
-            return
-        if value not in SAMPLER_STAGES:
+        if value is not None and value not in SAMPLER_STAGES:
             raise SpecError(f"sampler {self.name!r} declares stage={value!r}, which is not a sampler stage; "
                             f"valid: {', '.join(SAMPLER_STAGES)} (or None: only in chains that name it)")
-        if self.selects_token:
-            raise SpecError(f"sampler {self.name!r} is a token selector (selects_token=True) and declares "
-                            f"stage={value!r}; selectors end every chain, so leave stage unset")
 
     @position.validator
     def _finite_position(self, _attr: Any, value: Any) -> None:
@@ -166,12 +175,21 @@ class SamplerSpec(BackendSpec):
                             "(its place within its stage, smallest first)")
 
     @property
+    def selects_token(self) -> bool:
+        """Whether this is a token selector (``stage == "select"``) rather than a logits processor."""
+        return self.stage == SELECT_STAGE
+
+    @property
     def chain_order(self) -> tuple[int, float, str]:
         """The sort key of the default chain: stage (in :data:`SAMPLER_STAGES` order), position, name.
 
-        Only meaningful for a processor with a stage.
+        Only meaningful for a sampler with a stage.
         """
         return (SAMPLER_STAGES.index(self.stage) if self.stage else len(SAMPLER_STAGES), self.position, self.name)
+
+    def request_params(self) -> dict[str, OptionSpec]:
+        """The options that are also per-request parameters (``request=True``), by name."""
+        return {name: option for name, option in self.options.items() if option.request}
 
 
 CONSTRAINT_KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "structural_tag")

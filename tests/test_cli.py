@@ -27,8 +27,19 @@ def test_list_json_has_every_kind_and_the_reference_samplers(cli, isolated):
     samplers = {r["name"]: r for r in data["kinds"]["sampler"]}
     assert REFERENCE_SAMPLERS <= set(samplers)
     assert all(samplers[name]["available"] for name in REFERENCE_SAMPLERS)
-    assert sum(r["default"] for r in samplers.values()) == 1
+    assert [name for name, r in samplers.items() if r["default"]] == ["multinomial"]  # a selector, never a processor
     assert {samplers[n]["dist"] for n in REFERENCE_SAMPLERS} == {"pyagent-samplers-reference"}
+    for parsers in ("tool_parser", "reasoning_parser"):  # no default: the server uses none unless one is chosen
+        assert len(data["kinds"][parsers]) > 1 and not any(r["default"] for r in data["kinds"][parsers])
+
+
+def test_config_reports_parsers_as_none_until_one_is_selected(cli, isolated):
+    data = json.loads(cli("config", "--json", **isolated).stdout)
+    tool = data["selection"]["tool_parser"]
+    assert tool["backend"] is None and "detects one from the model's chat template" in tool["source"]
+    chosen = json.loads(cli("config", "--json", env={**isolated["env"], "PYAGENT_TOOL_PARSER": "hermes"},
+                            cwd=isolated["cwd"]).stdout)["selection"]["tool_parser"]
+    assert chosen["backend"] == "hermes" and chosen["source"] == "environment PYAGENT_TOOL_PARSER"
 
 
 def test_list_check_imports_and_verifies(cli, isolated):
@@ -51,8 +62,9 @@ def test_info_shows_options_and_capabilities(cli, isolated):
     data = json.loads(cli("info", "sampler", "top_k", "--json", **isolated).stdout)
     assert data["dist"] == "pyagent-samplers-reference"
     assert data["options"] and all("type" in o and "default" in o for o in data["options"].values())
-    assert data["capabilities"] == {"argmax_invariant": True, "selects_token": False, "stage": "truncation",
-                                    "position": 20}
+    assert data["capabilities"] == {"argmax_invariant": True, "stage": "truncation", "position": 20}
+    assert data["options"]["top_k"]["request"] is True and data["options"]["top_k"]["request_help"]
+    assert "is a logits processor" in data["select_with"]
 
 
 @pytest.mark.parametrize(
@@ -60,8 +72,10 @@ def test_info_shows_options_and_capabilities(cli, isolated):
     [
         (("info", "sampler", "nope"), "no sampler backend named 'nope'; choose one of:"),
         (("list", "samplr"), "unknown component kind 'samplr'"),
-        (("use", "sampler", "top_k", "--opt", "bogus=1"), "unknown option 'bogus'"),
-        (("use", "sampler", "top_k", "--opt", "noequals"), "is not of the form KEY=VALUE"),
+        (("use", "sampler", "multinomial", "--opt", "bogus=1"), "unknown option 'bogus'"),
+        (("use", "sampler", "multinomial", "--opt", "noequals"), "is not of the form KEY=VALUE"),
+        (("use", "sampler", "top_k"), "sampler 'top_k' (from `pyagent use`) is a logits processor: the sampler "
+                                      "selection names the chain's token selector"),
     ],
 )
 def test_errors_print_one_line_without_traceback(cli, isolated, args, message):
@@ -72,15 +86,14 @@ def test_errors_print_one_line_without_traceback(cli, isolated, args, message):
 
 
 def test_use_persists_and_config_reports_the_source(cli, isolated):
-    top_k = json.loads(cli("info", "sampler", "top_k", "--json", **isolated).stdout)
-    key = next(iter(top_k["options"]))
-    value = top_k["options"][key]["default"]
-    result = cli("use", "sampler", "top_k", "--opt", f"{key}={value}", **isolated)
+    greedy = json.loads(cli("info", "sampler", "multinomial", "--json", **isolated).stdout)
+    key = next(iter(greedy["options"]))
+    result = cli("use", "sampler", "multinomial", "--opt", f"{key}=7", **isolated)
     assert result.returncode == 0, result.stderr
     assert (isolated["cwd"] / "pyagent.toml").read_text().startswith("[sampler]")
     data = json.loads(cli("config", "--json", **isolated).stdout)
     chosen = data["selection"]["sampler"]
-    assert chosen["backend"] == "top_k" and chosen["source"].startswith("project file")
+    assert chosen["backend"] == "multinomial" and chosen["source"].startswith("project file")
     assert chosen["options"][key]["source"].startswith("project file")
     env_wins = json.loads(cli("config", "--json", env={**isolated["env"], "PYAGENT_SAMPLER": "greedy"},
                               cwd=isolated["cwd"]).stdout)
@@ -122,3 +135,22 @@ def test_a_plugin_allow_list_naming_nothing_installed_is_warned_about(cli, isola
     assert "installed plugins are blocked by the plugin control variables" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "PYAGENT_PLUGINS names 'nosuch', which is no installed plugin" in warnings[0]
+
+
+def test_list_at_80_columns_or_piped_is_one_block_per_backend_in_whole_words(cli, isolated):
+    """`make demo` pipes `pyagent list`: 80 columns, where a six-column table splits words mid-way."""
+    data = json.loads(cli("list", "--json", **isolated).stdout)
+    result = cli("list", env={**isolated["env"], "COLUMNS": "80"}, cwd=isolated["cwd"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    words = result.stdout.split()
+    text = " ".join(words)
+    backends = [r for records in data["kinds"].values() for r in records]
+    for record in backends:
+        assert " ".join(record["summary"].split()) in text, record["name"]  # every word whole, in order
+        heading = f"{record['name']}{' (default)' if record['default'] else ''}: {record['dist']}"
+        assert any(line.startswith("  " + heading) for line in lines), heading
+    assert len(lines) <= 4 * len(backends) + 2 * len(data["kinds"])
+    wide = cli("list", env={**isolated["env"], "COLUMNS": "160"}, cwd=isolated["cwd"]).stdout
+    assert "┃ name" in wide  # a terminal wide enough gets the table

@@ -26,7 +26,7 @@ class ShiftProcessor(LogitsProcessor):
     def row_state(self, request: AddedRequest) -> AddedRequest:
         value = request.params.get("shift", 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not -10 <= value <= 10:
-            raise ValueError(f"request at row {request.index}: shift={value!r} must be a number in [-10, 10]")
+            raise ValueError(f"{request.where}: shift={value!r} must be a number in [-10, 10]")
         return request
 
     def is_argmax_invariant(self) -> bool:
@@ -187,7 +187,7 @@ class MinPStep(ShiftProcessor):
     def row_state(self, request: AddedRequest) -> AddedRequest:
         value = request.params.get("min_p", 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ValueError(f"request at row {request.index}: min_p={value!r} must be a number in [0, 1]")
+            raise ValueError(f"{request.where}: min_p={value!r} must be a number in [0, 1]")
         return request
 
     def update_state(self, update: BatchUpdate | None) -> None:
@@ -256,9 +256,9 @@ def make_kit(impl: type, *, selects_token: bool = False, argmax_invariant: bool 
     spec = SamplerSpec(
         name=impl.__name__.lower(),
         impl=f"{__name__}:{impl.__name__}",
-        options={} if selects_token else {"shift": OptionSpec(type=float, default=0.0)},
+        options={} if selects_token else {"shift": OptionSpec(type=float, default=0.0, request=True)},
         argmax_invariant=argmax_invariant,
-        selects_token=selects_token,
+        stage="select" if selects_token else None,
     )
     defaults = {} if selects_token else PROCESSOR_KIT
     kit_class = type(f"Kit{impl.__name__}", (SamplerConformance,), {
@@ -354,3 +354,14 @@ def test_kit_fails_a_broken_selector(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(kit, check)()
 
+
+
+def test_kit_fails_a_processor_that_refuses_a_parameter_its_spec_declares() -> None:
+    """A spec whose request=True option's default (here 50) the processor refuses: hosts would offer a
+    flag and a request field that can never be used as declared."""
+    kit = make_kit(ShiftProcessor)
+    spec = kit.spec
+    kit.spec = SamplerSpec(name=spec.name, impl=spec.impl, argmax_invariant=True,
+                           options={"shift": OptionSpec(type=float, default=50.0, request=True)})
+    with pytest.raises(AssertionError, match=r"declares the per-request parameter 'shift'.*shift=50.0, its default"):
+        kit.test_declared_request_params_are_accepted_at_their_defaults()

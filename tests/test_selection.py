@@ -139,3 +139,51 @@ def test_an_unknown_backend_from_a_file_or_the_environment_names_where_it_came_f
     expected = f"project file {attn['project']}" if where == "project" else "environment PYAGENT_ATTENTION"
     assert "no attention backend named 'nope'; choose one of: " in str(info.value)
     assert f"(the {expected} selects it; change it there, or run `pyagent use attention NAME`)" in str(info.value)
+
+
+PARSERS = """
+    from pyagent_core import hookimpl, ToolParserSpec
+
+    @hookimpl
+    def pyagent_register_tool_parsers(register):
+        register(ToolParserSpec(name="aaa", impl="x:Y", priority=9, template_markers=("<aaa>",)))
+        register(ToolParserSpec(name="marked", impl="x:Y", template_markers=("<call>",)))
+        register(ToolParserSpec(name="zzz", impl="x:Y"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("given", "env", "project", "expected", "source"),
+    [
+        ("zzz", "aaa", "aaa", "zzz", "the flag"),
+        ("none", "aaa", None, None, "the flag"),
+        (None, "zzz", "aaa", "zzz", "environment PYAGENT_TOOL_PARSER"),
+        (None, "none", "aaa", None, "environment PYAGENT_TOOL_PARSER"),  # off: no detection either
+        (None, None, "zzz", "zzz", "project file"),
+        (None, None, None, "marked", "detected from the chat template"),
+    ],
+)
+def test_a_parser_is_the_flag_then_env_then_files_then_detected(site, make_registry, tmp_path, given, env, project,
+                                                                   expected, source):
+    from pyagent_core.kinds import TOOL_PARSER
+    from pyagent_core.parsing import choose_parser
+
+    site.add("dist-parsers", {"parsers_plugin": PARSERS}, {"parsers": "parsers_plugin"})
+    if project:
+        write_selection(tmp_path / "pyagent.toml", "tool_parser", project, {})
+    registry = make_registry({"PYAGENT_TOOL_PARSER": env} if env else {}, cwd=tmp_path)
+    name, where = choose_parser(TOOL_PARSER, given, "<call>{...}</call>", registry)
+    assert name == expected and where.startswith(source)
+
+
+def test_a_kind_without_a_default_selects_nothing_until_asked(site, make_registry):
+    from pyagent_core.errors import NothingSelectedError
+
+    site.add("dist-parsers", {"parsers_plugin": PARSERS}, {"parsers": "parsers_plugin"})
+    registry = make_registry()
+    assert registry.default("tool_parser") is None  # 'aaa' has the highest priority, but parsers have no default
+    assert registry.selected("tool_parser") is None
+    with pytest.raises(NothingSelectedError, match=r"no tool_parser is selected.*PYAGENT_TOOL_PARSER=NAME"):
+        registry.select("tool_parser")
+    assert make_registry({"PYAGENT_TOOL_PARSER": "none"}).selected("tool_parser") is None
+    assert make_registry({"PYAGENT_TOOL_PARSER": "zzz"}).selected("tool_parser").backend.name == "zzz"

@@ -9,7 +9,10 @@ the package index, torch from this machine's CPU build as constraints.txt pins i
   by name and pull no torch or numpy; a scaffolded scheduling policy with its ``[test]`` extra
   (``pyagent-core[testing]``) passes its kit there, and every kit that needs no torch imports there;
 - the engine and the Llama model plugin install by name and ``pyagent generate`` runs the embedded model
-  (greedy: "The capital of France is" goes on with "Paris").
+  (greedy: "The capital of France is" goes on with "Paris");
+- the transformers adapter and a sampler plugin install by name without the engine (nor its kernels,
+  GGUF reader or server): the adapter hosts its chain through pyagent-sampler-host, and its processor
+  gives transformers' own scores there.
 
 The environments are created with ``--without-pip`` and driven by the test environment's pip
 (``pip --python VENV``), and pip compiles no bytecode: both save time and change nothing that is
@@ -45,6 +48,20 @@ PURE_PLUGINS = ("pyagent-kvcache-policies", "pyagent-scheduler-policies", "pyage
                 "pyagent-reasoning-parsers")
 HEAVY = {"torch", "numpy", "gguf", "tokenizers", "safetensors", "jinja2", "cffi", "pyagent-kernels",
          "pyagent-engine"}
+ENGINE_ONLY = {"pyagent-engine", "pyagent-kernels", "gguf", "fastapi", "uvicorn", "prometheus-client"}
+TRANSFORMERS_CHAIN = """
+import importlib.util, sys
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
+from pyagent_transformers.logits_processor import PyagentLogitsProcessor
+
+ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+scores = torch.randn(2, 64, generator=torch.Generator().manual_seed(0)) * 3
+ours = LogitsProcessorList([PyagentLogitsProcessor("top_k,temperature", {"top_k": 5, "temperature": 0.7})])
+theirs = LogitsProcessorList([TopKLogitsWarper(5), TemperatureLogitsWarper(0.7)])
+assert torch.equal(ours(ids, scores.clone()), theirs(ids, scores.clone()))
+print(importlib.util.find_spec("pyagent_engine") is None, "pyagent_engine" in sys.modules)
+"""
 IMPORT_ALL_OF_CORE = """
 import importlib, pkgutil, sys
 import pyagent_core
@@ -199,3 +216,16 @@ def test_engine_and_llama_install_by_name_and_generate(wheel_folder, tmp_path):
     text = run(venv / "bin" / "pyagent", "generate", "The capital of France is", "--raw", "--max-tokens", "3",
                cwd=tmp_path, env=env)
     assert "Paris" in text, text
+
+
+def test_transformers_adapter_installs_by_name_without_the_engine(wheel_folder, tmp_path):
+    """Issue 27: a transformers user gets pyagent's chain without the engine's server, GGUF reader or kernels."""
+    venv = fresh_venv(tmp_path / "venv")
+    report = tmp_path / "report.json"
+    pip_install(venv, "pyagent-transformers", "pyagent-samplers-reference", report=report)
+    assert_pyagent_from_the_wheel_folder(report)
+    names = installed(venv)
+    assert {"pyagent-transformers", "pyagent-sampler-host", "transformers", "torch"} <= names, names
+    assert not names & ENGINE_ONLY, f"pyagent-transformers pulled {sorted(names & ENGINE_ONLY)}"
+    absent, imported = run(venv / "bin" / "python", "-c", TRANSFORMERS_CHAIN, cwd=tmp_path).split()
+    assert absent == "True" and imported == "False"

@@ -11,9 +11,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import typer
+from typer.testing import CliRunner
+
+from pyagent_core import hookimpl
+from pyagent_core.registry import Registry
 from pyagent_core.scaffold import scaffold_plugin, supported_kinds
 from pyagent_core.testing import KIT_EXTRAS
 from pyagent_core.testing.scaffolded import import_template
+from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "writing-a-plugin.md"
 FILE_BLOCK = re.compile(r"^```[a-z]*\n# file: (?P<path>\S+)\n(?P<body>.*?)^```\n", re.S | re.M)
@@ -59,3 +65,24 @@ def test_tutorial_table_gives_each_kind_its_kit_extra():
     rows = re.findall(r"^\| `(\w+)` \| .* \| `pyagent-core\[([\w-]+)\]` \|$", TUTORIAL.read_text(encoding="utf-8"),
                       flags=re.M)
     assert dict(rows) == KIT_EXTRAS and set(KIT_EXTRAS) == set(supported_kinds())
+
+
+def test_tutorial_sampler_parameter_is_a_flag_with_its_help():
+    """Its option, declared with request=True, is a `pyagent generate` flag with the spec's help."""
+    spec = import_template("sampler", "softcap").plugin.SPEC
+
+    class Plugin:
+        @hookimpl
+        def pyagent_register_samplers(self, register):
+            register(spec)
+
+    def command(prompt: str, sampler: SamplerSettings | None = None) -> None:
+        seen.append(sampler)
+
+    seen: list[SamplerSettings | None] = []
+    app = typer.Typer()
+    app.command()(with_sampler_flags(command, Registry(plugins=[("softcap", Plugin())]).load_plugins()))
+    helps = {opt: param.help for param in typer.main.get_command(app).params for opt in getattr(param, "opts", [])}
+    assert helps["--softcap"] == "Soft-cap the logits at this value, >= 0 (0: off)."
+    assert CliRunner().invoke(app, ["hi", "--softcap", "30"]).exit_code == 0
+    assert seen[0] is not None and seen[0].params == {"softcap": 30.0}

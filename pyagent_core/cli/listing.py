@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,32 @@ import typer
 from pyagent_core.commands import JsonFlag, print_json, print_table
 from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.registry import Backend, Registry, get_registry
+
+WIDE = 120
+"""Columns from which ``pyagent list`` is a table; narrower (80 when piped), one block per backend."""
+
+
+def console_width() -> int:
+    """The width listings are laid out for: the terminal's, ``$COLUMNS``, or 80 when piped."""
+    from rich.console import Console
+
+    return int(Console().width)
+
+
+def print_blocks(title: str, blocks: Iterable[tuple[str, Sequence[str]]]) -> None:
+    """Print ``title``, then each block: its heading, and its lines indented below it, wrapped to the console's
+    width between words (a word longer than a line is not split)."""
+    import textwrap
+
+    width = max(console_width(), 40)
+    out = [title]
+    for heading, lines in blocks:
+        out.extend(textwrap.wrap(heading, width, initial_indent="  ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False))
+        for line in lines:
+            out.extend(textwrap.wrap(line, width, initial_indent="      ", subsequent_indent="      ",
+                                     break_long_words=False, break_on_hyphens=False))
+    typer.echo("\n".join(out))
 
 
 def backend_record(registry: Registry, backend: Backend, default: Backend | None,
@@ -68,7 +95,10 @@ def list_backends(
     json_out: JsonFlag = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the backend matrix of docs/backends.md.")] = False,
 ) -> None:
-    """Backends per kind: name, distribution, availability (or why not), default, priority."""
+    """Backends per kind: name, distribution, availability (or why not), default, priority.
+
+    A table from 120 columns; narrower, or piped, one block per backend.
+    """
     registry = get_registry()
     kinds = [get_kind(kind).name] if kind else list(KINDS)
     result = {}
@@ -82,16 +112,23 @@ def list_backends(
     if json_out:
         print_json({"kinds": result, "problems": problems})
         return
+    wide = console_width() >= WIDE
     for name, records in result.items():
         if not records:
             typer.echo(f"{KINDS[name].plural} ({name}): {registry.blocked_hint(name) or 'none installed'}")
             continue
-        print_table(
-            f"{KINDS[name].plural} ({name})",
-            ["name", "distribution", "available", "default", "priority", "summary"],
-            [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
-              "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
-        )
+        title = f"{KINDS[name].plural} ({name})"
+        if wide:
+            print_table(
+                title, ["name", "distribution", "available", "default", "priority", "summary"],
+                [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
+                  "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
+            )
+            continue
+        print_blocks(title, [
+            (f"{r['name']}{' (default)' if r['default'] else ''}: {r['dist']} {r['version']}, priority "
+             f"{r['priority']}{'' if r['available'] else ', NOT AVAILABLE'}",
+             [r["summary"], *([] if r["available"] else [f"not available: {r['reason']}"])]) for r in records])
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
 
@@ -114,11 +151,12 @@ def info(
         "capabilities": spec.capabilities(),
         "options": {
             key: {"type": opt.type_name, "default": opt.default, "help": opt.help,
-                  "choices": list(opt.choices), "min": opt.min, "max": opt.max}
+                  "choices": list(opt.choices), "min": opt.min, "max": opt.max,
+                  "request": opt.request, "request_help": opt.parameter_help if opt.request else ""}
             for key, opt in spec.options.items()
         },
         "requires": list(spec.requires), "install_hint": spec.install_hint,
-        "select_with": f"pyagent use {backend.kind} {spec.name}, or {KINDS[backend.kind].env_var}={spec.name}",
+        "select_with": _select_with(backend),
     }
     if json_out:
         print_json(record)
@@ -129,9 +167,19 @@ def info(
         + [(f"capability {k}", v) for k, v in record["capabilities"].items()],
     )
     print_table(
-        "options", ["option", "type", "default", "range", "help"],
-        [(k, o["type"], o["default"], _range(o), o["help"]) for k, o in record["options"].items()],
+        "options", ["option", "type", "default", "range", "per request", "help"],
+        [(k, o["type"], o["default"], _range(o), "yes" if o["request"] else "", o["help"])
+         for k, o in record["options"].items()],
     )
+
+
+def _select_with(backend: Backend) -> str:
+    """How a user selects ``backend``: ``pyagent use`` and the variable, or why the kind's selection
+    cannot name it."""
+    kind = KINDS[backend.kind]
+    if not kind.selectable(backend.spec):
+        return f"{backend.name} {kind.not_selectable}"
+    return f"pyagent use {backend.kind} {backend.name}, or {kind.env_var}={backend.name}"
 
 
 def _range(option: dict[str, Any]) -> str:

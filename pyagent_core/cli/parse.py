@@ -7,7 +7,6 @@ then exits with status 1.
 
 from __future__ import annotations
 
-import codecs
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +26,7 @@ from pyagent_core.commands import (
 )
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
+from pyagent_core.text import decode_utf8
 
 
 def read_output(path: Path | None) -> str:
@@ -39,12 +39,7 @@ def read_output(path: Path | None) -> str:
         data = path.read_bytes() if path else sys.stdin.buffer.read()
     except OSError as exc:
         raise RequestError(f"cannot read {where}: {exc.strerror}") from None
-    try:
-        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise RequestError(f"{where} is not UTF-8 (byte 0x{data[exc.start]:02x} on line {line}); "
-                           "convert it first, e.g. iconv -f latin1 -t utf-8") from None
+    return decode_utf8(data, where)
 
 
 def parse(

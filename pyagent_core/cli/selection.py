@@ -26,6 +26,7 @@ def use(
     raw = parse_assignments(opt or [])
     selection = registry.select(kind, name, raw)
     backend = selection.backend
+    registry.check_selectable(backend, "`pyagent use`")
     settings = registry.settings
     if user:
         path = user_config_path(registry.environ)
@@ -43,11 +44,14 @@ def config(json_out: JsonFlag = False) -> None:
     """The effective selection per kind and where each value came from."""
     registry = get_registry()
     result: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind, handle in KINDS.items():
         try:
-            chosen = registry.select(kind)
+            chosen = registry.selected(kind)
         except PyagentError as exc:  # one bad kind must not hide the others
             result[kind] = {"backend": None, "error": str(exc)}
+            continue
+        if chosen is None:
+            result[kind] = {"backend": None, "source": handle.no_default, "options": {}}
             continue
         result[kind] = {
             "backend": chosen.backend.name, "dist": chosen.backend.dist, "source": chosen.source,

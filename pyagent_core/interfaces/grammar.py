@@ -68,8 +68,10 @@ class ConstraintSpec:
         grammar: a context-free grammar in ``grammar_dialect`` (e.g. ``"ebnf"``, ``"gbnf"``, ``"lark"``).
         structural_tag: a structural-tag description (tags whose bodies follow schemas), text or mapping:
             ``{"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}``: free text in which
-            a trigger opens a structure whose body follows its schema; ``"at_least_one": true`` makes
-            the output open with a structure, ``"stop_after_first": true`` ends it after one.
+            a trigger opens a structure whose body follows its schema; or ``{"structures": [...],
+            "separator": "..."}``: structures only, this text between two, nothing after the last.
+            ``"at_least_one": true`` makes the output open with a structure, ``"stop_after_first":
+            true`` ends it after one.
         whitespace: what JSON constraints allow between tokens, one of :data:`WHITESPACE_MODES`:
             ``"bounded"`` (default), as llama.cpp's JSON grammars: nothing, one space, or one newline
             followed by at most :data:`MAX_INDENT` spaces or tabs; ``"any"``: any run of whitespace;
@@ -168,6 +170,11 @@ class TokenizerInfo:
         return b"".join(self.vocab[i] for i in token_ids)
 
 
+UNKNOWN_GRAMMAR_BYTES = 4 * 2**20
+"""What a host charges a compiled grammar whose :meth:`CompiledGrammar.memory_bytes` is ``None``: a
+JSON-schema grammar of xgrammar over a 49k vocabulary holds about 3 MiB."""
+
+
 def bitmask_shape(num_rows: int, vocab_size: int) -> tuple[int, int]:
     """Shape of the token bitmask: ``(num_rows, ceil(vocab_size / 32))``."""
     return num_rows, (vocab_size + _WORD - 1) // _WORD
@@ -261,6 +268,13 @@ class CompiledGrammar(ABC):
     @abstractmethod
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the constraint."""
+
+    def memory_bytes(self) -> int | None:
+        """Bytes this grammar holds of its own (automata, token-mask caches; not what it shares with the
+        backend's other grammars), as the backend counts them. A host's cache of compiled grammars is
+        bounded by their sum. ``None`` (the default): the backend cannot tell, and a host charges an
+        estimate (pyagent's engine: :data:`UNKNOWN_GRAMMAR_BYTES`)."""
+        return None
 
 
 @attrs.frozen(kw_only=True)

@@ -1,9 +1,12 @@
 """Sampler interface: batch-level logits processors and final token selectors.
 
-The engine constructs each selected sampler once, tells it about requests entering, leaving and
-moving between rows of the batch with :meth:`Sampler.update_state`, then on every step calls
+A host (the reference engine, or the library ``pyagent-sampler-host`` inside any runtime)
+constructs each sampler of a chain once, tells it about requests entering, leaving and moving
+between rows of the batch with :meth:`Sampler.update_state`, then on every step calls
 :meth:`LogitsProcessor.apply` on the whole ``[num_requests, vocab]`` logits tensor (processors, in
-chain order) and finally :meth:`TokenSelector.select` (one selector) to choose a token per row.
+chain order) and finally :meth:`TokenSelector.select` (the chain's one selector, its ``select``
+stage) to choose a token per row. Greedy requests (temperature 0) get their argmax from the host,
+whichever selector the chain holds (see :class:`TokenSelector`).
 
 Each request carries its own parameters (``params``, keyed by parameter name such as ``"top_k"`` or
 ``"seed"``); a processor falls back to its engine-level options for a parameter a request leaves
@@ -14,10 +17,11 @@ engine-level options (defaults filled in) and ``context`` a :class:`SamplerConte
 vocabulary size and end-of-sequence ids, and, where the host has one, its tokenizer for samplers
 whose parameters hold text).
 
-What the engine needs beyond this interface is declared, never assumed from a name: the default
-position of a processor in the chain comes from its spec (``SamplerSpec.stage`` and ``position``),
-and a processor that is one step of the fused temperature / top-k / top-p / min-p mask says so by
-implementing :class:`FusableMaskStep`.
+What the host needs beyond this interface is declared, never assumed from a name: the position of a
+sampler in the chain comes from its spec (``SamplerSpec.stage`` and ``position``; a selector's stage
+is ``"select"``), the per-request parameters it reads from its options schema (options declared
+with ``request=True``), and a processor that is one step of the fused temperature / top-k / top-p /
+min-p mask says so by implementing :class:`FusableMaskStep`.
 """
 
 from __future__ import annotations
@@ -37,18 +41,43 @@ if TYPE_CHECKING:
     from pyagent_core.interfaces.grammar import TokenizerInfo
 
 
+GREEDY_PARAM = "temperature"
+"""The per-request parameter whose value 0 makes a request greedy (see :func:`is_greedy`)."""
+
+
+def is_greedy(params: Mapping[str, Any]) -> bool:
+    """Whether a request with these parameters is greedy: its ``temperature`` is 0.
+
+    A host gives a greedy request's row the argmax of its processed logits, whatever the chain's
+    selector (see :class:`TokenSelector`); an unset temperature is not greedy.
+    """
+    value = params.get(GREEDY_PARAM)
+    return value is not None and not isinstance(value, bool) and value == 0
+
+
+def _row_label(request: AddedRequest) -> str:
+    return f"request at row {request.index}"
+
+
 @attrs.frozen
 class AddedRequest:
     """A request placed at row ``index`` of the batch.
 
     ``output_token_ids`` is the engine's live list: it grows as tokens are generated, so processors
     that look at history (penalties, DRY) keep a reference instead of copying it.
+
+    ``where`` is how a sampler's messages name the request, as their first words: ``"request at row
+    3"`` by default. A host that checks a request's parameters before the request has a row (the
+    sampler host does, when a request is submitted) passes its own, so a message reads ``"request:
+    top_k=-1 is invalid; ..."``. A sampler that rejects a parameter raises ``ValueError(f"{where}:
+    NAME=VALUE is invalid; ...")``.
     """
 
     index: int
     params: Mapping[str, Any]
     prompt_token_ids: Sequence[int] = ()
     output_token_ids: list[int] = attrs.field(factory=list)
+    where: str = attrs.field(default=attrs.Factory(_row_label, takes_self=True), kw_only=True)
 
 
 class MoveKind(enum.Enum):
@@ -235,7 +264,28 @@ class LogitsProcessor(Sampler, ABC):
 
 
 class TokenSelector(Sampler, ABC):
-    """Chooses the next token of every row from processed logits (greedy, multinomial...)."""
+    """Chooses the next token of every row from processed logits: the ``select`` stage of a chain.
+
+    A chain holds exactly one selector (its spec declares ``stage="select"``), chosen like the
+    backend of any kind: an explicit name (``--samplers top_k,temperature,gumbel``), then
+    ``PYAGENT_SAMPLER``, ``pyagent.toml``, the user config, and else the available selector with
+    the highest priority.
+
+    Greedy requests. A request is greedy when its ``temperature`` parameter is 0 (:func:`is_greedy`).
+    The host, not the selector, chooses a greedy row's token: the argmax of its processed logits, the
+    lowest token id among equal maxima. So:
+
+    - a batch of greedy rows only may be decided without calling :meth:`select` at all;
+    - in a batch that mixes greedy and sampled rows :meth:`select` sees every row (greedy rows
+      included, their logits unscaled: temperature processors leave a temperature of 0 alone), and
+      the host keeps the selector's tokens of the sampled rows only.
+
+    A selector must therefore accept any row with a finite logit, and must not assume one call per
+    request and step for rows it does not decide: per-request state that advances with each draw
+    (a seeded generator, a step counter) advances on calls only, so a sampled request's draws stay
+    the same whatever the greedy requests beside it. A selector that is greedy itself (``greedy``)
+    makes every request greedy.
+    """
 
     @abstractmethod
     def select(self, logits: torch.Tensor) -> torch.Tensor:

@@ -419,6 +419,12 @@ class GrammarConformance(BackendConformance):
             again = tokens[0] if tokens else info.eos_token_ids[0]
             assert not matcher.accept_token(again), f"{label}: accepted a token after termination"
 
+    def test_memory_bytes_is_a_count_or_unknown(self) -> None:
+        for _case, compiled, label in self.compiled_cases():
+            size = compiled.memory_bytes()
+            assert size is None or (isinstance(size, int) and not isinstance(size, bool) and size >= 0), (
+                f"{label}: memory_bytes() must be a byte count >= 0 or None (unknown), got {size!r}")
+
     def test_matchers_are_independent(self) -> None:
         for case, compiled, label in self.compiled_cases():
             tokens = greedy_tokenize(self.tokenizer_info(), case.accepted[0])

@@ -11,7 +11,8 @@ A plugin's tests subclass :class:`SamplerConformance` once per sampler::
         disabled_params = ({"top_k": 0},)
         invalid_request_params = ({"top_k": -1},)
 
-Processors (``spec.selects_token`` false) are checked for shape, dtype, NaN, a finite logit left in
+Every per-request parameter the spec declares (an option with ``request=True``) must be accepted at
+its default. Processors (``spec.selects_token`` false) are checked for shape, dtype, NaN, a finite logit left in
 every row, rows left unchanged where their parameters disable the processor, and argmax invariance as
 the spec declares it; a processor that implements
 :class:`~pyagent_core.interfaces.sampler.FusableMaskStep` is checked to give, through its own
@@ -218,6 +219,22 @@ class SamplerConformance(BackendConformance):
             f"spec {self.spec.name!r} has selects_token={self.is_selector} but {self.impl.__name__} "
             f"is not a {base.__name__}"
         )
+
+    def test_declared_request_params_are_accepted_at_their_defaults(self) -> None:
+        """Every option declared ``request=True`` is a parameter a request may set: a request setting
+        each one to its default (the ones with a default) joins the batch without an error, and a
+        request with all of them at once too (hosts offer them as flags and request fields)."""
+        declared = {name: option.default for name, option in self.spec.request_params().items()
+                    if option.default is not None}
+        for name, value in declared.items():
+            sampler = self.make_sampler()
+            try:
+                self.add_requests(sampler, [{name: value}])
+            except ValueError as error:
+                raise AssertionError(f"spec {self.spec.name!r} declares the per-request parameter {name!r} "
+                                     f"(request=True), but a request with {name}={value!r}, its default, is "
+                                     f"refused: {error}") from error
+        self.add_requests(self.make_sampler(), [declared])
 
     def test_results_do_not_depend_on_row_or_batch(self) -> None:
         """Each tracked request gets the same result in a changing batch as alone, step by step."""

@@ -174,9 +174,15 @@ class ToolParserConformance(StreamingParserConformance):
         """The tag forces a call; each structure, filled with example arguments, parses back into one call
         of its tool."""
         assert tag.get("at_least_one") is True, f"constraint_for({choice!r}) must force a call: {tag}"
+        if "separator" in tag:  # calls only: two of them, separated, parse back into two calls
+            first = tag["structures"][0]
+            written = first["begin"] + "{}" + first["end"]
+            pair = self.extract(self.make_parser(tools=()), written + tag["separator"] + written)
+            assert len(pair.tool_calls) == 2, f"{choice!r}: two calls joined by the separator parsed as {pair}"
         names = set()
         for structure in tag["structures"]:
-            assert any(structure["begin"].startswith(t) for t in tag["triggers"]), f"{choice!r}: {structure}"
+            assert "separator" in tag or any(structure["begin"].startswith(t) for t in tag["triggers"]), (
+                f"{choice!r}: {structure}")
             untyped = self.make_parser(tools=())  # no tools: no schema to fail with {}
             probe = self.extract(untyped, structure["begin"] + "{}" + structure["end"])
             assert len(probe.tool_calls) == 1, f"{choice!r}: {structure} with {{}} parsed as {probe}"

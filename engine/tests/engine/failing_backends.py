@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from pyagent_core import hookimpl
-from pyagent_core.interfaces.attention import AttentionContext, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.interfaces.sampler import AddedRequest, LogitsProcessor
 from pyagent_core.registry import get_registry
 from pyagent_core.types import AttentionSpec, SamplerSpec
@@ -51,10 +51,11 @@ class FragileProcessor(LogitsProcessor):
         return logits
 
 
-class LengthLimitedAttention:
+class LengthLimitedAttention(AttentionBackend):
     """The ``paged`` backend, except that a batch with a sequence over :data:`LIMIT` tokens raises."""
 
     def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
+        super().__init__(options, context)
         registry = get_registry()
         paged = registry.select("attention", "paged")
         self.inner = registry.load(paged.backend)(paged.options, context)

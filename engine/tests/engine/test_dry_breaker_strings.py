@@ -12,14 +12,15 @@ from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.registry import get_registry
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.host import sampler_host
+from pyagent_sampler_host.host import SamplerHost
 
 VOCAB = [b"a", b"b", b"\n", b"c", b"<eos>"]
 A, B, NEWLINE, C = 0, 1, 2, 3
 INFO = TokenizerInfo(vocab=VOCAB, eos_token_ids=[4], encode=lambda text: [VOCAB.index(c.encode()) for c in text])
 
 
-def greedy_token(chain: SamplerChain, **dry: object) -> int:
+def greedy_token(chain: SamplerHost[Request], **dry: object) -> int:
     """The greedy token after "a b \\n c a b \\n" when c leads by 0.5: DRY takes it down unless a
     breaker stops the repeat "a b \\n" at the newline."""
     params = SamplingParams(temperature=0.0, extra={"dry_multiplier": 1.0, **dry})
@@ -31,7 +32,7 @@ def greedy_token(chain: SamplerChain, **dry: object) -> int:
 
 
 def test_string_breakers_and_the_default_set_reach_dry_through_the_chain() -> None:
-    chain = SamplerChain(get_registry(), len(VOCAB), "dry", eos_token_ids=[4], tokenizer_info=lambda: INFO)
+    chain = sampler_host(get_registry(), len(VOCAB), "dry", eos_token_ids=[4], tokenizer_info=lambda: INFO)
     assert greedy_token(chain, dry_sequence_breakers=[]) != C
     assert greedy_token(chain, dry_sequence_breakers=["\n"]) == C
     assert greedy_token(chain) == C  # unset: llama.cpp's default set, which holds "\n"
@@ -39,7 +40,7 @@ def test_string_breakers_and_the_default_set_reach_dry_through_the_chain() -> No
 
 
 def test_a_chain_without_a_tokenizer_refuses_string_breakers() -> None:
-    chain = SamplerChain(get_registry(), len(VOCAB), "dry", eos_token_ids=[4])
+    chain = sampler_host(get_registry(), len(VOCAB), "dry", eos_token_ids=[4])
     with pytest.raises(RequestError, match=r"dry_sequence_breakers holds strings \['\\n'\], which need the model's"):
         greedy_token(chain, dry_sequence_breakers=["\n"])
     assert greedy_token(chain) != C  # no tokenizer, no default set

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -57,6 +58,7 @@ def test_input_outputs_come_in_input_order_with_their_ids_and_bad_lines_fail_alo
     assert [r.get("custom_id") for r in records] == [None, "long", None, None, None, None]
     assert [r.get("id") for r in records] == [7, None, "no-content", None, None, None]
     assert [r["finish_reason"] for r in records] == ["length", "error", "error", "error", "length", "error"]
+    assert records[1]["error"].startswith(f"{prompts}:2: the prompt has ")  # the record names its line too
     assert records[0]["prompt"].startswith("<|im_start|>")  # the BOM did not turn line 1 into text
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors[0].startswith(f"error: {prompts}:2: ") and "context" in errors[0]
@@ -139,3 +141,66 @@ def test_ignore_eos_generates_past_the_end_of_sequence(cli, tmp_path):
     assert stopped["finish_reason"] == "stop" and len(stopped["output_token_ids"]) < 40
     assert kept["finish_reason"] == "length" and len(kept["output_token_ids"]) == 40
     assert kept["output_token_ids"][:len(stopped["output_token_ids"])] == stopped["output_token_ids"]
+
+
+def test_a_failed_lines_record_names_its_line_and_keeps_the_id_it_gives(cli, tmp_path):
+    """Over the context, cut short, not UTF-8: each record's error starts FILE:LINE and carries its id."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b'{"id": "long", "prompt": "' + b"word " * 9000 + b'"}\n'
+                        b'{"id": "cut", "prompt": "Hi"\n'
+                        b'{"custom_id": "latin", "prompt": "caf\xe9"}\n')
+    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r.get("id") or r.get("custom_id") for r in records] == ["long", "cut", "latin"]
+    assert [r["error"].split(": ", 1)[0] for r in records] == [f"{prompts}:{n}" for n in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("args", [("caf\udce9",), ("hi", "--system", "caf\udce9"), ("hi", "--stop", "\udcff")])
+def test_command_line_text_that_is_not_utf8_is_one_line_and_exit_2(cli, tmp_path, args):
+    """``pyagent generate "$(printf 'caf\\xe9')"``: the argument's bytes arrive as surrogate escapes."""
+    result = cli("generate", *args, "--model", "/no/such/model.gguf", cwd=tmp_path)  # refused before loading
+    where = {"caf\udce9": "the prompt", "--system": "--system", "--stop": "--stop 1"}[args[-2] if len(args) > 1
+                                                                                      else args[0]]
+    byte, at = ("0xe9", 3) if "caf" in args[-1] else ("0xff", 0)
+    assert result.returncode == 2 and result.stderr == f"error: {where}: byte {byte} at character {at} is not UTF-8\n"
+
+
+def test_chat_commands_banner_and_a_line_that_is_not_utf8(cli_process, tmp_path):
+    """/help and an unknown /command never reach the model, /reset says what it did, a banner opens the
+    session; a line that is not UTF-8 is one error, not sent, and the exit status is 2."""
+    process = cli_process("chat", "--max-tokens", "4", cwd=tmp_path)
+    stdout, stderr = process.communicate(b"/help\n/frobnicate\ncaf\xe9\n/reset\n/exit\n", timeout=300)
+    lines = stderr.decode().splitlines()
+    assert process.returncode == 2 and stdout == b"" and "Traceback" not in stderr.decode()
+    assert lines[0].startswith("pyagent chat: ") and "/help lists the commands" in lines[0]
+    assert "  /reset   forget the conversation (the --system message stays)" in lines
+    assert "error: unknown command /frobnicate; /help lists the commands" in lines
+    assert ("error: the line was not sent: byte 0xe9 at character 3 is not UTF-8; type or pipe UTF-8 text"
+            in lines)
+    assert lines[-1] == "[history cleared]"
+
+
+def test_ctrl_c_on_an_input_file_writes_what_finished(cli_process, tmp_path):
+    """The third line finishes before the first starts (priorities, one sequence at a time); the second,
+    a 4000-token prompt prefilled 16 tokens a step, is still running when Ctrl-C comes right after the
+    first line's record: the third's record still goes out, the second's says it was interrupted."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps(line) for line in [
+        {"id": "first", "prompt": "The sky is", "priority": 0},
+        {"id": "long", "prompt": "word " * 4000, "priority": 1},
+        {"id": "third", "prompt": "The sea is", "priority": -1},
+    ]) + "\n")
+    process = cli_process("generate", "--input", str(prompts), "--json", "--raw", "--max-tokens", "8",
+                          "--ignore-eos", "--scheduler", "priority", "--max-num-seqs", "1",
+                          "--max-num-batched-tokens", "16", cwd=tmp_path)
+    first = process.stdout.readline()
+    assert json.loads(first)["id"] == "first"
+    process.send_signal(signal.SIGINT)
+    rest, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr.decode(), stderr.decode()
+    records = [json.loads(line) for line in [first, *rest.splitlines()]]
+    assert [r["id"] for r in records] == ["first", "long", "third"]
+    assert records[1]["finish_reason"] == "abort"
+    assert records[1]["error"] == f"{prompts}:2: interrupted (Ctrl-C) before it finished"
+    assert records[2]["error"] is None and len(records[2]["output_token_ids"]) == 8

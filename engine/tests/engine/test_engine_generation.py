@@ -7,6 +7,7 @@ import attrs
 import pytest
 
 from pyagent_core import hookimpl
+from pyagent_core.errors import RequestError
 from pyagent_core.records import EngineInfo, RequestInfo
 from pyagent_core.records import StepStats as StepStatsRecord
 from pyagent_core.registry import get_registry
@@ -84,12 +85,39 @@ def test_seeded_sampling_is_reproducible_across_batches(llm_bf16):
 
 @pytest.mark.parametrize(
     ("prompt", "message"),
-    [("", "the prompt is empty"), ("word " * 9000, "the model's context is")],
+    [("", "the prompt is empty"), ("word " * 9000, "the model's context is"),
+     ("x \ud800", "a lone surrogate (\\ud800) at character 2 is not Unicode text"),
+     ("word " * 8150, "tokens and max_tokens is 100: "),
+     ([{"role": "user", "content": "x \udcff"}], "a lone surrogate (\\udcff)")],
 )
 def test_bad_prompt_fails_alone_and_the_others_finish(llm_bf16, prompt, message):
-    outputs = llm_bf16.generate(["Say hi.", prompt], SamplingParams(temperature=0, max_tokens=4), chat=False)
-    assert outputs[0].error is None and outputs[0].output_token_ids
-    assert outputs[1].finish_reason == "error" and message in outputs[1].error
+    outputs = llm_bf16.generate(["Say A.", prompt, "Say C."], SamplingParams(temperature=0, max_tokens=100))
+    assert [o.error for o in (outputs[0], outputs[2])] == [None, None] and outputs[2].output_token_ids
+    assert outputs[1].finish_reason == "error" and message in outputs[1].error, outputs[1].error
+
+
+def test_prompt_and_max_tokens_over_the_context_is_refused_not_clipped(llm_bf16):
+    """As vLLM's server and OpenAI: the output is never silently cut short by the context."""
+    prompt = "word " * 8000
+    count = len(llm_bf16.tokenizer.encode(prompt))
+    [over] = llm_bf16.generate([prompt], SamplingParams(temperature=0, max_tokens=1000))
+    assert over.error == (f"the prompt has {count} tokens and max_tokens is 1000: {count + 1000} tokens, over the "
+                          f"model's context of 8192; lower max_tokens to at most {8192 - count} or shorten the prompt")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"no_such": 1}, "unknown sampling parameter 'no_such'"),
+    ({"min_p": "x"}, "min_p"),
+])
+def test_a_bad_sampler_parameter_raises_before_anything_runs(llm_bf16, extra, message):
+    """As SamplingParams(temperature=-1) does: the call raises, no request is added."""
+    added = llm_bf16.engine.next_request_id()
+    for call in (lambda p: llm_bf16.generate(["Say hi.", "Say ho."], p),
+                 lambda p: next(llm_bf16.stream(["Say hi."], p)),
+                 lambda p: llm_bf16.generate(["Say hi."], [p])):
+        with pytest.raises(RequestError, match=message):
+            call(SamplingParams(max_tokens=2, extra=extra))
+    assert int(llm_bf16.engine.next_request_id()) == int(added) + 1  # none was added in between
 
 
 class HookRecorder:

@@ -42,8 +42,8 @@ _BAD_LINES = [
     (b"caf\xe9 au lait", "not UTF-8 (byte 0xe9 at column 4)"),
     (b'{"messages": [{"role": "user"}', "invalid JSON at column"),
     (b'{"messages": [{"role": "user"}]}', "messages[0] (user) has no 'content'"),
-    (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content holds a lone surrogate"),
-    (b'{"prompt": "a\\udc00"}', "prompt holds a lone surrogate (\\udc00)"),
+    (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content: a lone surrogate (\\ud800)"),
+    (b'{"prompt": "a\\udc00"}', "prompt: a lone surrogate (\\udc00) at character 1 is not Unicode text"),
     (b'{"messages": [{"content": "hi"}]}', "messages[0] needs a string 'role'"),
     (b'{"messages": [{"role": "user", "content": 3}]}', "messages[0].content must be a string"),
     (b'{"messages": []}', "'messages' must be a non-empty list"),
@@ -76,6 +76,18 @@ def test_scheduling_fields_are_read_per_line(tmp_path):
     first, second = read_prompt_lines(path)
     assert dict(first.scheduling) == {"priority": -1, "tenant": "t1", "deadline_s": 2.5}
     assert dict(second.scheduling) == {} and first.error is None
+
+
+@pytest.mark.parametrize(("raw", "ids"), [
+    (b'{"custom_id": "req-7", "messages": [{"role": "user", "content": "Hi"}', {"custom_id": "req-7"}),  # cut short
+    (b'{"id": 7, "prompt": "caf\xe9"}', {"id": 7}),  # not UTF-8
+    (b'{"id": 8, "prompt": "a" "b"}', {"id": 8}),  # broken after its id
+    (b'{"prompt": "a" "id": 9}', {}),  # broken before it: not read
+    (b'{"id": true, "prompt": 3}', {}),  # not an id
+])
+def test_a_line_that_does_not_read_keeps_the_id_it_gives(tmp_path, raw, ids):
+    (line,) = read_prompt_lines(_write(tmp_path, raw + b"\n"))
+    assert line.error is not None and dict(line.ids) == ids
 
 
 def test_a_bad_json_line_keeps_its_id(tmp_path):

@@ -36,10 +36,10 @@ from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.engine import Engine
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
 from pyagent_engine.stages.records import MaskedLogits, Selection
+from pyagent_sampler_host.host import SamplerHost
 
 CHAIN_PROMPT = "a b c d e f g a b c d e f g a b c"
 """17 tokens (one full KV block is shared through the prefix cache)."""
@@ -124,8 +124,8 @@ def run_arm(llm: LLM, prompts: Sequence[list[int]], config: SpeculativeConfig,
     if lossy:
         select: Callable[..., Selection] = engine.select.run
 
-        def lossy_select(masked: MaskedLogits, chain: SamplerChain) -> Selection:
-            return select(masked, NoResidual(chain, masked.rows.requests))
+        def lossy_select(masked: MaskedLogits, host: SamplerHost[Request]) -> Selection:
+            return select(masked, NoResidual(host, masked.rows.requests))
 
         monkeypatch.setattr(engine.select, "run", lossy_select)
     outputs = generate(engine, prompts)
@@ -159,11 +159,11 @@ def test_sampled_tokens_are_distributed_as_without_speculation(
 
 
 class NoResidual:
-    """The engine's sampler chain as a lossy verifier would use it: two draws per row; where the
+    """The engine's sampler host as a lossy verifier would use it: two draws per row; where the
     request's walk sits on a draft node, the first draw is kept if it is one of the node's children
     (accepted with probability p(x)), and otherwise the second draw - from p, not from the residual."""
 
-    def __init__(self, chain: SamplerChain, requests: Sequence[Request]) -> None:
+    def __init__(self, chain: SamplerHost[Request], requests: Sequence[Request]) -> None:
         self.chain = chain
         self.start = {id(r): len(r.output_token_ids) for r in requests}
 

@@ -17,13 +17,14 @@ from pyagent_core.kinds import ATTENTION
 from pyagent_core.registry import Registry, get_registry
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.host import sampler_host
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.controller import DraftController
 from pyagent_engine.spec.decoder import DraftWarning, SpecStats, SpeculativeDecoder
 from pyagent_engine.spec.tree import tree_mask
 from pyagent_engine.stages.records import MaskedLogits, SampledRows, Selection
 from pyagent_engine.stages.select import SelectTokens
+from pyagent_sampler_host.host import SamplerHost
 
 VOCAB = 5
 MAX_MODEL_LEN = 100
@@ -39,14 +40,14 @@ def chi_square(counts: Counter[int], probs: torch.Tensor) -> float:
     return sum((counts.get(t, 0) - total * float(p)) ** 2 / (total * float(p)) for t, p in enumerate(probs))
 
 
-def verify(requests: Sequence[Request], logits: torch.Tensor, chain: SamplerChain) -> Selection:
+def verify(requests: Sequence[Request], logits: torch.Tensor, chain: SamplerHost[Request]) -> Selection:
     """The select stage over ``logits``: ``1 + len(draft)`` rows per request of ``requests``, in order."""
     return SelectTokens("raw").run(MaskedLogits(SampledRows.of(requests), logits), chain)
 
 
 def run(draft: DraftTree | None, trials: int, temperature: float = 1.0) -> list[list[int]]:
     """Verify ``draft`` against LOGITS for ``trials`` fresh seeded requests; the emitted tokens of each."""
-    chain = SamplerChain(get_registry(), VOCAB)
+    chain = sampler_host(get_registry(), VOCAB)
     emitted = []
     for seed in range(trials):
         request = Request(f"r{seed}", [0], SamplingParams(temperature=temperature, seed=seed))
@@ -90,7 +91,7 @@ def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
 
 def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    chain = SamplerChain(get_registry(), VOCAB)
+    chain = sampler_host(get_registry(), VOCAB)
     calls: list[int] = []
     sample = chain.sample
     monkeypatch.setattr(chain, "sample", lambda requests, logits: calls.append(1) or sample(requests, logits))

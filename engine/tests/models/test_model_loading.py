@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
@@ -311,3 +314,54 @@ def test_config_json_nulls_that_mean_the_default_are_taken(checkpoint: Checkpoin
     data = hf_config(checkpoint) | {"num_key_value_heads": None, "head_dim": None, "rope_scaling": None}
     config = checkpoint.architecture.model_class.config_from_hf(data, "llama", "x")
     assert (config.num_kv_heads, config.head_dim) == (config.num_heads, config.hidden_size // config.num_heads)
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from pyagent_engine.models import conversion_cache
+
+def stuck(checkpoint, folder, keep_quantized):
+    (folder / "model.safetensors").write_bytes(b"x" * 4096)
+    print(folder, flush=True)
+    time.sleep(600)
+
+conversion_cache.write_checkpoint = stuck
+conversion_cache.store(None, Path(sys.argv[1]))
+"""
+"""A conversion that writes its first file, then hangs until it is killed."""
+
+
+def _writer(entry: Path) -> tuple[subprocess.Popen[str], Path]:
+    process = subprocess.Popen([sys.executable, "-c", WRITER, str(entry)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    return process, Path(process.stdout.readline().strip())
+
+
+def test_a_conversion_killed_midway_leaves_nothing_once_the_next_load_runs(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL during the first conversion leaves its staging folder; the next load removes it, and the
+    folder of a conversion still running in another process stays. A GGUF whose weights the model then
+    refuses keeps no cache entry either."""
+    monkeypatch.setenv(conversion_cache.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    path = _tiny_llama_gguf(tmp_path / "tiny.gguf", ["a", "b", "ab", "c"], ["a b"])
+    entry = conversion_cache.entry_for(path)
+    killed, killed_staging = _writer(entry)
+    running, running_staging = _writer(entry)
+    older = entry.parent / f".{entry.name}-k3j9x2a1"  # what a killed conversion of an earlier pyagent left
+    older.mkdir()
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(60)
+        assert (killed_staging / "model.safetensors").is_file()  # what a killed conversion leaves
+        with pytest.raises(ModelFormatError, match="lacks"):  # converts, then the model refuses the weights
+            load_model(path)
+        assert not killed_staging.exists() and not older.exists() and not entry.exists()
+        assert (running_staging / "model.safetensors").is_file()
+        assert sorted(p.name for p in entry.parent.iterdir()) == sorted(
+            [running_staging.name, running_staging.name.removesuffix(".staging") + ".lock"])
+    finally:
+        running.kill()
+        running.wait(60)
+    assert conversion_cache.remove_stale(entry.parent) == [running_staging]
+    assert list(entry.parent.iterdir()) == []

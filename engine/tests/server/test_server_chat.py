@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -161,7 +162,9 @@ def test_forced_tool_calls_parse_and_validate(client: Any, choice: Any) -> None:
         model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=80,
         temperature=0, tools=[WEATHER, TIME], tool_choice=choice)
     message = reply.choices[0].message
-    assert reply.choices[0].finish_reason == "tool_calls"
+    assert message.content is None
+    cut = reply.usage.completion_tokens == 80  # the embedded model writes calls until max_tokens cuts one
+    assert reply.choices[0].finish_reason == ("length" if cut else "tool_calls")
     _check_calls(message.tool_calls, allowed)
 
 
@@ -182,3 +185,100 @@ def test_streamed_tool_call_fragments_assemble_to_the_non_streamed_call(client: 
     assert finish == ["tool_calls"] and len(plain) == 1
     assert [calls[i] for i in sorted(calls)] == [{"name": c.function.name, "arguments": c.function.arguments}
                                                  for c in plain]
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_forced_calls_end_at_the_last_call_with_parallel_calls_on(server: Server, client: Any, choice: Any) -> None:
+    """As OpenAI and vLLM: the reply is calls only, content null, nothing after the last call (the raw
+    tokens, from the logprobs, show it); the embedded model writes calls until max_tokens cuts one,
+    which is dropped (finish_reason length); streamed, no content either."""
+    kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "What is the weather in Paris and Rome?"}],
+              "max_tokens": 120, "temperature": 0, "tools": [WEATHER, TIME], "tool_choice": choice}
+    reply = client.chat.completions.create(**kwargs, logprobs=True)
+    message, raw = reply.choices[0].message, b"".join(bytes(t.bytes) for t in reply.choices[0].logprobs.content)
+    call = r"<tool_call>\n\{.*?\}\n</tool_call>"
+    assert re.fullmatch(rf"{call}(\n{call})*(\n<tool_call>.*)?", raw.decode(), re.DOTALL), raw
+    assert message.content is None, message
+    cut = reply.usage.completion_tokens == 120
+    assert reply.choices[0].finish_reason == ("length" if cut else "tool_calls")
+    _check_calls(message.tool_calls, {"get_weather": WEATHER, "get_time": TIME})
+    events = sse_events(server, "/v1/chat/completions", {**kwargs, "stream": True})
+    assert not "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+
+
+def test_a_malformed_tool_call_comes_back_as_content(client: Any) -> None:
+    """The regex makes the model write a call whose JSON lacks a brace: the whole text is the content, as vLLM
+    returns it, with no tool_calls and finish_reason stop; streamed, the content adds up to the same text."""
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}\n</tool_call>'
+    kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 200,
+              "temperature": 0, "tools": [WEATHER], "extra_body": {"regex": re.escape(text)}}
+    reply = client.chat.completions.create(**kwargs)
+    choice = reply.choices[0]
+    assert choice.message.content == text and not choice.message.tool_calls and choice.finish_reason == "stop"
+    content, finishes = "", []
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for streamed in chunk.choices:
+            content += streamed.delta.content or ""
+            finishes += [streamed.finish_reason] if streamed.finish_reason else []
+    assert content == text and finishes == ["stop"]
+
+
+@pytest.fixture(scope="module")
+def plain_server() -> Any:
+    """A server that reads no tool calls (``--tool-parser none``)."""
+    from .conftest import running
+
+    with running("--tool-parser", "none", "--served-model-name", MODEL) as started:
+        yield started
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_calls_without_a_tool_parser_are_json_read_as_calls(plain_server: Server, choice: Any,
+                                                                    stream: bool) -> None:
+    """As vLLM serves them without a parser: a named function's arguments, or a JSON list of calls."""
+    import openai
+
+    client = openai.OpenAI(base_url=plain_server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    allowed = {"get_weather": WEATHER, "get_time": TIME} if choice == "required" else {"get_time": TIME}
+    kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "What time is it in Tokyo?"}],
+              "max_tokens": 80, "temperature": 0, "tools": [WEATHER, TIME], "tool_choice": choice}
+    if not stream:
+        reply = client.chat.completions.create(**kwargs)
+        assert reply.choices[0].message.content is None and reply.choices[0].finish_reason == "tool_calls"
+        _check_calls(reply.choices[0].message.tool_calls, allowed)
+        return
+    calls: dict[int, dict[str, str]] = {}
+    finishes = []
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for streamed in chunk.choices:
+            assert not streamed.delta.content
+            for fragment in streamed.delta.tool_calls or ():
+                call = calls.setdefault(fragment.index, {"name": "", "arguments": ""})
+                call["name"] += fragment.function.name or ""
+                call["arguments"] += fragment.function.arguments or ""
+            finishes += [streamed.finish_reason] if streamed.finish_reason else []
+    assert finishes == ["tool_calls"] and calls
+    for call in calls.values():
+        jsonschema.validate(json.loads(call["arguments"]), allowed[call["name"]]["function"]["parameters"])
+
+
+def test_auto_tools_without_a_tool_parser_are_a_400(plain_server: Server) -> None:
+    body = {"messages": HELLO, "tools": [WEATHER]}
+    response = plain_server.post("/v1/chat/completions", body)
+    assert response.status_code == 400
+    assert "reads no tool calls the model chooses to make" in response.json()["error"]["message"]
+
+
+def test_a_forced_reply_cut_inside_a_call_has_no_content(server: Server, client: Any) -> None:
+    """Cut at the start of its second call, a forced reply keeps its first, and shows nothing of the cut one."""
+    city = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+              "max_tokens": 60, "temperature": 0, "tools": [city], "tool_choice": "required"}
+    reply = client.chat.completions.create(**kwargs)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    assert [json.loads(c.function.arguments) for c in choice.message.tool_calls] == [{"city": "Paris"}]
+    events = sse_events(server, "/v1/chat/completions", {**kwargs, "stream": True})
+    assert not any(e["choices"][0]["delta"].get("content") for e in events[1:-1] if e["choices"])

@@ -100,7 +100,8 @@ def test_models_tokenize_detokenize_version(server: Server) -> None:
     assert [m["id"] for m in models["data"]] == [MODEL, "alias"]
     tokens = server.post("/tokenize", {"prompt": "Hello world"}).json()
     assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] > 0
-    assert server.post("/detokenize", {"tokens": tokens["tokens"]}).json() == {"prompt": "Hello world"}
+    assert server.post("/detokenize", {"tokens": tokens["tokens"]}).json() == {"prompt": "Hello world",
+                                                                              "content": "Hello world"}
     chat = server.post("/tokenize", {"messages": MESSAGES}).json()
     reply = server.post(CHAT, {"messages": MESSAGES, "max_tokens": 1}).json()
     assert chat["count"] == reply["usage"]["prompt_tokens"]

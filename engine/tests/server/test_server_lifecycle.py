@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+import pytest
 
 from pyagent_engine.api.llm import LLM
 from pyagent_engine.requests.params import SamplingParams
@@ -129,3 +131,91 @@ def test_sigterm_aborts_what_runs_past_the_grace_period() -> None:
     finishes = [json.loads(e.removeprefix("data: "))["choices"][0]["finish_reason"] for e in [first, *rest[:-1]]]
     assert finishes[-1] == "abort" and finishes.count(None) == len(finishes) - 1
     assert "Traceback" not in server.log_text()
+
+
+def test_health_answers_503_draining_while_a_shutdown_drains() -> None:
+    """After SIGTERM the socket stays open while requests finish: /health says draining, new work gets a 503."""
+    with running("--shutdown-grace", "120") as server:
+        with open_stream(server, LONG) as events:
+            next(events)
+            server.process.send_signal(signal.SIGTERM)
+            health = wait_for_status(server, 503)
+            assert health["status"] == "draining" and health["running"] == 1
+            error = error_of(server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}), 503)
+            assert "shutting down" in error["message"]
+        # the stream closed: its request is aborted, nothing is left to drain and the server exits
+        assert server.process.wait(60) in (0, -signal.SIGTERM)
+    assert "Traceback" not in server.log_text()
+
+
+def wait_for_status(server: Server, status: int, timeout: float = 30.0) -> dict[str, Any]:
+    """Poll ``/health`` (a refused connection fails the test) until it answers ``status``; its body."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = server.get("/health")
+        if response.status_code == status:
+            return dict(response.json())
+        time.sleep(0.02)
+    raise AssertionError(f"/health did not answer {status} within {timeout} s")
+
+
+def test_metrics_are_labelled_with_the_served_model_name(server: Server) -> None:
+    """vLLM's model_name label: the first --served-model-name, never the model file's path."""
+    text = server.get("/metrics").text
+    labels = set(re.findall(r'model_name="([^"]*)"', text))
+    assert labels == {"smol"}, labels
+
+
+class HeldTokenizer:
+    """The model's tokenizer, which holds a large text's tokens until :attr:`released` (at most a minute)."""
+
+    LARGE = 500_000
+
+    def __init__(self, tokenizer: Any, events: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.events = events
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def encode(self, text: str, **kwargs: Any) -> list[int]:
+        ids = self.tokenizer.encode(text, **kwargs)
+        if len(text) > self.LARGE:
+            self.entered.set()
+            self.released.wait(60)
+            self.events.append("rendered")
+        return list(ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/tokenize", {"messages": [{"role": "user", "content": "word " * 200_000}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 200_000}], "stop": [""]}),
+    ("/v1/completions", {"prompt": "word " * 200_000, "stop": [""]}),
+])
+def test_health_answers_while_a_large_prompt_is_rendered(llm: LLM, path: str, body: dict[str, Any]) -> None:
+    """The chat template and the tokenizer run off the event loop: with a 1 MB prompt's tokenization held
+    until /health has answered, /health answers first (on the loop, it would wait for the render)."""
+    from pyagent_engine.api.async_engine import AsyncEngine
+    from pyagent_engine.server.app import build_app
+    from pyagent_engine.server.state import ServerConfig, ServerState
+
+    events: list[str] = []
+    state = ServerState(AsyncEngine(llm), ServerConfig(model_names=("smol",)), llm.loaded.chat_template)
+    held = HeldTokenizer(state.tokenizer, events)
+    state.tokenizer = held
+
+    async def scenario() -> tuple[httpx2.Response, httpx2.Response]:
+        transport = httpx2.ASGITransport(app=build_app(state))
+        async with httpx2.AsyncClient(transport=transport, base_url="http://pyagent") as client:
+            large = asyncio.ensure_future(client.post(path, json=body, timeout=120))
+            await asyncio.to_thread(held.entered.wait, 60)  # the large prompt is being tokenized
+            health = await client.get("/health")
+            events.append("health")
+            held.released.set()
+            return health, await large
+
+    health, large = asyncio.run(scenario())
+    assert events == ["health", "rendered"]
+    assert health.status_code == 200 and large.status_code in (200, 400), large.text

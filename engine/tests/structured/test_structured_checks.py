@@ -163,9 +163,12 @@ def test_contradiction_reads_exclusive_bounds():
 
 
 @settings(max_examples=60, deadline=None)
-@given(capacity=st.integers(0, 4), keys=st.lists(st.integers(0, 6), max_size=40))
-def test_lru_cache_matches_a_reference_model(capacity, keys):
-    cache: LRUCache[str] = LRUCache(capacity)
+@given(capacity=st.integers(0, 12), weights=st.lists(st.integers(0, 5), min_size=7, max_size=7),
+       keys=st.lists(st.integers(0, 6), max_size=40))
+def test_lru_cache_matches_a_reference_model(capacity, weights, keys):
+    """Bounded by the sum of its values' weights: the least recently used go first, one heavier than the
+    capacity is never kept."""
+    cache: LRUCache[str] = LRUCache(capacity, lambda value: weights[int(value[1:])])
     model: OrderedDict[int, str] = OrderedDict()
     computed = 0
     for key in keys:
@@ -176,16 +179,17 @@ def test_lru_cache_matches_a_reference_model(capacity, keys):
             model.move_to_end(key)
         else:
             computed += 1
-            if capacity:
+            if weights[key] <= capacity:
                 model[key] = value
-                if len(model) > capacity:
+                while sum(weights[k] for k in model) > capacity:
                     model.popitem(last=False)
         assert cache.keys() == list(model)
+        assert cache.stats.weight == sum(weights[k] for k in model) <= capacity
     assert cache.stats.misses == computed and cache.stats.hits == len(keys) - computed
 
 
 def test_lru_cache_does_not_keep_failures():
-    cache: LRUCache[int] = LRUCache(2)
+    cache: LRUCache[int] = LRUCache(2, lambda value: 1)
 
     def boom() -> int:
         raise ValueError("no")

@@ -67,6 +67,8 @@ def test_json_whitespace_compact_leaves_no_whitespace_between_tokens(cli, tmp_pa
         (("--json-object", "--grammar", "g.ebnf"), "got --json-object and --grammar"),
         (("--json-schema", "missing.json"), "cannot read the JSON schema file missing.json"),
         (("--json-schema", "bad.json"), "the JSON schema is not valid JSON"),
+        (("--json-schema", "latin1.json"), "the JSON schema file latin1.json is not UTF-8 (byte 0xe9 on line 1)"),
+        (("--grammar", "latin1.ebnf"), "the grammar file latin1.ebnf is not UTF-8 (byte 0xe9 on line 2)"),
         (("--regex", "(a"), "regex '(a' does not parse"),
         (("--json-schema", "deep.json"), "the JSON schema nests 201 levels of objects and arrays, over the limit"),
         (("--json-schema", "dangling.json"), "$ref '#/$defs/item' does not resolve"),
@@ -77,6 +79,8 @@ def test_json_whitespace_compact_leaves_no_whitespace_between_tokens(cli, tmp_pa
 )
 def test_bad_constraint_flags_fail_before_loading_the_model(cli, tmp_path, args, message):
     (tmp_path / "bad.json").write_text('{"type": ')
+    (tmp_path / "latin1.json").write_bytes('{"enum": ["café"]}'.encode("latin-1"))
+    (tmp_path / "latin1.ebnf").write_bytes('root ::= "a"\n  | "café"\n'.encode("latin-1"))
     deep: dict = {"type": "integer"}
     for _ in range(100):
         deep = {"type": "object", "properties": {"a": deep}}

@@ -15,7 +15,7 @@ from pyagent_core.errors import (
     UnsatisfiableConstraintError,
     UnsupportedConstraintError,
 )
-from pyagent_core.interfaces.grammar import ConstraintSpec, allocate_bitmask, allowed_tokens
+from pyagent_core.interfaces.grammar import UNKNOWN_GRAMMAR_BYTES, ConstraintSpec, allocate_bitmask, allowed_tokens
 from pyagent_core.testing.grammar import GrammarConformance, greedy_tokenize, kit_tokenizer_info
 from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.structured.orchestrator import ORDER_ENV, GrammarOrchestrator, StructuredConfig
@@ -110,20 +110,38 @@ def test_fallback_order_from_the_environment_else_by_priority(registry):
 
 
 def test_cache_hits_by_backend_constraint_and_tokenizer(registry, doubles):
-    orch = orchestrator(registry, "test-choice", cache_size=2)
+    orch = orchestrator(registry, "test-choice", cache_bytes=2 * (UNKNOWN_GRAMMAR_BYTES + 64))
     before = doubles.COMPILES.get("test-choice", 0)
     first, again = orch.compile(params()), orch.compile(params())
     assert not first.cache_hit and again.cache_hit and again.grammar is first.grammar
     assert doubles.COMPILES["test-choice"] == before + 1
     other = ConstraintSpec(choice=["a", "b"])
     orch.compile(params(other))
-    orch.compile(params(ConstraintSpec(choice=["c"])))  # capacity 2: evicts the least recently used (CHOICE)
+    orch.compile(params(ConstraintSpec(choice=["c"])))  # room for 2: evicts the least recently used (CHOICE)
     assert not orch.compile(params()).cache_hit
     assert orch.cache.stats.evictions >= 1
     fresh = GrammarOrchestrator(registry, attrs.evolve(kit_tokenizer_info(), vocab_size=200),
                                 StructuredConfig(fallback_order=("test-choice",)))
     fresh.cache = orch.cache  # a shared cache still tells tokenizers apart
     assert not fresh.compile(params(other)).cache_hit
+
+
+def test_the_cache_is_bounded_by_the_bytes_its_grammars_hold(registry, doubles, monkeypatch):
+    """Each entry weighs its grammar's memory_bytes() (UNKNOWN_GRAMMAR_BYTES when the backend cannot tell)
+    plus its constraint's size; the least recently used go until the sum fits."""
+    choices = [ConstraintSpec(choice=[f"choice {i}"]) for i in range(5)]
+    unknown = orchestrator(registry, "test-choice", cache_bytes=UNKNOWN_GRAMMAR_BYTES + 100)
+    for constraint in choices[:2]:
+        unknown.compile(params(constraint))
+    assert len(unknown.cache) == 1 and unknown.cache.stats.evictions == 1
+    assert UNKNOWN_GRAMMAR_BYTES < unknown.cache.stats.weight <= UNKNOWN_GRAMMAR_BYTES + 100
+    monkeypatch.setattr(doubles.PrefixChoiceGrammar, "memory_bytes", lambda self: 1000, raising=False)
+    counted = orchestrator(registry, "test-choice", cache_bytes=3500)
+    for constraint in choices:
+        counted.compile(params(constraint))
+        assert counted.cache.stats.weight <= 3500
+    assert len(counted.cache) == 3 and counted.cache.stats.evictions == 2
+    assert counted.compile(params(choices[-1])).cache_hit and not counted.compile(params(choices[0])).cache_hit
 
 
 def test_concurrent_requests_for_one_constraint_compile_once(registry, doubles):
@@ -172,7 +190,7 @@ def test_pool_threads_run_compiles_off_the_calling_thread(registry, doubles):
         seen.append(threading.current_thread().name)
         return original(self, constraint)
 
-    orch = orchestrator(registry, "test-choice", cache_size=0)
+    orch = orchestrator(registry, "test-choice", cache_bytes=0)
     doubles.PrefixChoiceBackend.compile = spy
     try:
         orch.compile(params())

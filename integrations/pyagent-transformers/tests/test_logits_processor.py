@@ -14,6 +14,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from pyagent_core.errors import SelectionError
 from pyagent_transformers.logits_processor import PyagentLogitsProcessor
 
 VOCAB = 300
@@ -52,7 +53,7 @@ def test_per_row_params_and_a_new_generation_restart_the_state() -> None:
 
 
 def test_rejects_selectors_and_mismatched_params() -> None:
-    with pytest.raises(ValueError, match="token selector"):
+    with pytest.raises(SelectionError, match="token selector"):
         PyagentLogitsProcessor("top_k,greedy")
     chain = PyagentLogitsProcessor("top_k", [{"top_k": 1}])
     with pytest.raises(ValueError, match="one mapping per row"):

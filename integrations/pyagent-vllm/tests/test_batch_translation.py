@@ -162,5 +162,5 @@ def test_default_hosted_set_leaves_out_what_vllm_has(monkeypatch: pytest.MonkeyP
 
 
 def test_a_token_selector_cannot_be_hosted() -> None:
-    with pytest.raises(RequestError, match="token selector"):
+    with pytest.raises(SelectionError, match="token selector"):
         HostedChain(get_registry(), ("greedy",), 8)

@@ -27,3 +27,14 @@ def test_listing_imports_neither_torch_nor_vllm() -> None:
             "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_doctor_points_at_the_vllm_environment_not_the_main_one() -> None:
+    """The README warns against `pip install vllm` into the main environment; doctor must not advise it."""
+    from pyagent_vllm.plugin import pyagent_doctor_checks, vllm_version
+
+    [check] = pyagent_doctor_checks()
+    if vllm_version() is not None:
+        assert "pyagent vllm list" in check.detail
+        return
+    assert "make vllm-env" in check.detail and "pip install vllm" not in check.detail + check.hint

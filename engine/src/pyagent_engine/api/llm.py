@@ -2,7 +2,9 @@
 
 A prompt is a string (tokenized as is, or wrapped in the chat template with ``chat=True``), a list
 of OpenAI-style messages (always templated), or a list of token ids. A prompt that cannot run (empty,
-longer than the context) becomes an output with ``finish_reason == "error"``; the others go on.
+longer than the context, holding a lone surrogate) becomes an output with ``finish_reason ==
+"error"``; the others go on. Sampling parameters the sampler chain refuses raise
+:class:`~pyagent_core.errors.RequestError` before anything runs.
 
 One ``LLM`` may be used from several threads at once, and several of its streams may be read in
 turns: every call gets the outputs of its own requests (see :mod:`pyagent_engine.api.shared_engine`).
@@ -23,7 +25,7 @@ from pyagent_engine.models.config import DEFAULT_DTYPE
 from pyagent_engine.models.gguf_file import ProgressCallback
 from pyagent_engine.models.loader import load_model
 from pyagent_engine.requests.params import SamplingParams
-from pyagent_engine.requests.request import RequestOutput
+from pyagent_engine.requests.request import Request, RequestOutput
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.structured.orchestrator import StructuredConfig
 
@@ -89,26 +91,37 @@ class LLM:
         """Run ``prompts`` batched; yield outputs as text arrives (``delta``) and when each finishes.
 
         Closing the generator (or dropping it) before the end aborts the requests still running.
+
+        Raises:
+            RequestError: the sampler chain refuses a ``params`` (before any request is added).
         """
+        listed = self._params(params, len(prompts))
         with self.shared.session() as session:
-            yield from self._submit(session, prompts, params, chat, system)
+            yield from self._submit(session, prompts, listed, chat, system)
             yield from session
 
     def generate(self, prompts: str | Sequence[Prompt],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  *, chat: bool = False, system: str | None = None) -> list[RequestOutput]:
-        """Run ``prompts`` (one string, or a list of prompts) to completion; one final output per prompt, in order."""
+        """Run ``prompts`` (one string, or a list of prompts) to completion; one final output per prompt, in order.
+
+        A prompt that cannot run (empty, longer than the context, not whole Unicode) gets an output with
+        ``finish_reason == "error"`` and the others run.
+
+        Raises:
+            RequestError: the sampler chain refuses a ``params`` (before any request is added).
+        """
         batch: list[Prompt] = [prompts] if isinstance(prompts, str) else list(prompts)
+        listed = self._params(params, len(batch))
         with self.shared.session() as session:
-            finals = {o.request_id: o for o in self._submit(session, batch, params, chat, system)}
+            finals = {o.request_id: o for o in self._submit(session, batch, listed, chat, system)}
             finals.update((o.request_id, o) for o in session if o.finished)
         return [finals[request_id] for request_id in session.request_ids]
 
-    def _submit(self, session: Session, prompts: Sequence[Prompt],
-                params: SamplingParams | Sequence[SamplingParams] | None, chat: bool,
+    def _submit(self, session: Session, prompts: Sequence[Prompt], params: list[SamplingParams], chat: bool,
                 system: str | None) -> Iterator[RequestOutput]:
         """Add ``prompts`` through ``session``; yield a final error output for each that cannot run."""
-        for prompt, sampling in zip(prompts, self._params(params, len(prompts)), strict=True):
+        for prompt, sampling in zip(prompts, params, strict=True):
             request_id = session.new_id()
             try:
                 ids, text = self.encode(prompt, chat=chat, system=system)
@@ -118,13 +131,23 @@ class LLM:
                                     prompt_token_ids=[], output_token_ids=[], text="", delta="", finished=True,
                                     finish_reason="error", error=str(error))
 
-    @staticmethod
-    def _params(params: SamplingParams | Sequence[SamplingParams] | None, count: int) -> list[SamplingParams]:
+    def _params(self, params: SamplingParams | Sequence[SamplingParams] | None, count: int) -> list[SamplingParams]:
+        """One :class:`SamplingParams` per prompt, each checked by the sampler chain before any request is added."""
         if params is None or isinstance(params, SamplingParams):
-            return [params or SamplingParams()] * count
-        if len(params) != count:
+            listed = [params or SamplingParams()] * count
+        elif len(params) != count:
             raise RequestError(f"got {len(params)} SamplingParams for {count} prompts; give one, or one per prompt")
-        return list(params)
+        else:
+            listed = list(params)
+        for distinct in {id(p): p for p in listed}.values():
+            self.check_params(distinct)
+        return listed
+
+    def check_params(self, params: SamplingParams) -> None:
+        """Raise :class:`RequestError` when a sampler of the chain refuses ``params`` (a value out of range, a
+        parameter in ``extra`` that no sampler reads), as ``SamplingParams`` itself does for its own fields."""
+        with self.shared.locked() as engine:
+            engine.sampler.check_params(Request("check", [0], params))
 
     def close(self) -> None:
         """Stop the engine (fires ``pyagent_engine_stopped``); calls still running get their requests

@@ -48,8 +48,8 @@ def pyagent_chain(backend: str, rows: int, vocab: int) -> tuple[Step, Callable[[
     from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext
     from pyagent_core.kinds import SAMPLER
     from pyagent_core.registry import get_registry
-    from pyagent_engine.sampling.fused_mask import apply_processors
     from pyagent_kernels.sampling import KeptTokens
+    from pyagent_sampler_host.fused_mask import apply_processors
 
     registry, context = get_registry(), SamplerContext(vocab)
 

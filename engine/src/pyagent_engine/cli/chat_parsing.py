@@ -91,7 +91,14 @@ def _show_delta(delta: DeltaMessage | None) -> None:
 
 
 def chat_parsing(tools: Path | None, tool_parser: str | None, reasoning_parser: str | None) -> ChatParsing | None:
-    """What ``pyagent chat`` needs for ``--tools``/``--tool-parser``/``--reasoning-parser``; ``None`` without them."""
+    """What ``pyagent chat`` needs for ``--tools`` and its parsers; ``None`` without them. A parser is the
+    flag's, else the one ``PYAGENT_TOOL_PARSER`` / ``PYAGENT_REASONING_PARSER``, ``pyagent.toml`` or the
+    user config selects (``none``: off); see :func:`pyagent_core.parsing.choose_parser`."""
+    from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER
+    from pyagent_core.parsing import choose_parser
+
+    tool_parser = choose_parser(TOOL_PARSER, tool_parser)[0]
+    reasoning_parser = choose_parser(REASONING_PARSER, reasoning_parser)[0]
     if tools is None and not tool_parser and not reasoning_parser:
         return None
     if tools is not None and not tool_parser:

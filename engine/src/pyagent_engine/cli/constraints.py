@@ -7,6 +7,7 @@ which backend served the requests and how many tokens jump-forward appended.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,7 @@ import typer
 
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import WHITESPACE_MODES
+from pyagent_core.text import read_utf8
 
 if TYPE_CHECKING:
     from pyagent_engine.requests.request import RequestOutput
@@ -39,18 +41,15 @@ GrammarTimeoutOpt = Annotated[float, typer.Option("--grammar-timeout", help="Sec
 NoJumpForwardOpt = Annotated[bool, typer.Option("--no-jump-forward", help="Sample every token, also those a "
                                                 "constraint forces (a token alone in the mask).")]
 
+GrammarCacheOpt = Annotated[float | None, typer.Option(
+    "--grammar-cache-mib", help="MiB of compiled grammars kept for reuse, least recently used dropped first "
+                                "(0: none; default: 256).")]
+
 JsonWhitespaceOpt = Annotated[str, typer.Option(
     "--json-whitespace", help="Whitespace between JSON tokens: bounded (one space, or a newline and at most "
                               "20 indentation characters), any (free), compact (none).")]
 
 DIALECTS = {".lark": "lark", ".gbnf": "gbnf"}
-
-
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RequestError(f"cannot read the {what} file {path}: {exc.strerror}; give an existing file") from None
 
 
 def structured_params(json_schema: Path | None, json_object: bool, regex: str | None, choice: str | None,
@@ -81,9 +80,9 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
                                "(--json-schema, --json-object, --regex, --choice or --grammar)")
         return None
     if json_schema is not None:
-        constraint = ConstraintSpec(json_schema=_read(json_schema, "JSON schema"), whitespace=whitespace)
+        constraint = ConstraintSpec(json_schema=read_utf8(json_schema, "JSON schema"), whitespace=whitespace)
     elif grammar is not None:
-        constraint = ConstraintSpec(grammar=_read(grammar, "grammar"),
+        constraint = ConstraintSpec(grammar=read_utf8(grammar, "grammar"),
                                     grammar_dialect=DIALECTS.get(grammar.suffix.lower(), "ebnf"))
     elif choice is not None:
         constraint = ConstraintSpec(choice=[c.strip() for c in choice.split(",") if c.strip()])
@@ -95,12 +94,22 @@ def structured_params(json_schema: Path | None, json_object: bool, regex: str | 
     return StructuredOutputParams(constraint=constraint, backend=backend, fallback=not no_fallback)
 
 
-def structured_config(order: str | None, timeout: float, no_jump_forward: bool = False) -> StructuredConfig:
-    """Engine-wide structured-output settings from ``--grammar-order``, ``--grammar-timeout`` and
-    ``--no-jump-forward``."""
+def structured_config(order: str | None, timeout: float, no_jump_forward: bool = False,
+                      cache_mib: float | None = None) -> StructuredConfig:
+    """Engine-wide structured-output settings from ``--grammar-order``, ``--grammar-timeout``,
+    ``--no-jump-forward`` and ``--grammar-cache-mib`` (``None``: the default cache size).
+
+    Raises :class:`RequestError` for a cache size that is not a number of MiB >= 0.
+    """
     from pyagent_engine.structured.orchestrator import StructuredConfig
 
-    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout, jump_forward=not no_jump_forward)
+    sizes = {}
+    if cache_mib is not None:
+        if not 0 <= cache_mib < math.inf:
+            raise RequestError(f"--grammar-cache-mib must be a number of MiB >= 0 (0: no cache), got {cache_mib}")
+        sizes["cache_bytes"] = round(cache_mib * 2**20)
+    return StructuredConfig(fallback_order=order or (), compile_timeout_s=timeout, jump_forward=not no_jump_forward,
+                            **sizes)
 
 
 def grammar_backends(finals: Sequence[RequestOutput]) -> str | None:

@@ -5,8 +5,8 @@ The engine (and torch) is imported inside the commands, so the rest of the CLI s
 
 from __future__ import annotations
 
-import itertools
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -18,6 +18,7 @@ import typer
 from pyagent_core.commands import ReasoningOpt, ToolParserOpt, ToolsOpt, error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
+from pyagent_core.text import check_text, text_problem
 from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file, logprob_flags
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.line_editor import LineEditor, StopOnInterrupt
@@ -44,6 +45,14 @@ TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k most likely to
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Per-request seed for reproducible sampling.")]
 StopOpt = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
 SystemOpt = Annotated[str | None, typer.Option("--system", help="System message for chat-templated prompts.")]
+COMMAND = re.compile(r"/[A-Za-z][\w-]*")
+"""A line that is one word starting with ``/`` is a command of ``pyagent chat``, never sent to the model."""
+CHAT_HELP = """Commands (a line holding one word that starts with /; anything else goes to the model):
+  /help    this list
+  /reset   forget the conversation (the --system message stays)
+  /exit    quit (also /quit, or Ctrl-D)
+Ctrl-C stops the reply being written; the conversation goes on."""
+
 KvOpt = Annotated[float, typer.Option(
     "--kv-cache-gib", help="Memory for the KV cache, in GiB; checked against the memory available.")]
 
@@ -93,11 +102,12 @@ def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None
             **batch_flags.batch_config(max_num_seqs, max_num_batched_tokens, block_size)}
 
 
-def check_sampling(llm: LLM, params: SamplingParams) -> None:
-    """Raise :class:`RequestError` before generating when a sampler of the chain rejects ``params``."""
-    from pyagent_engine.requests.request import Request
-
-    llm.engine.sampler.check_params(Request("cli", [0], params))
+def check_arguments(texts: Mapping[str, str | None]) -> None:
+    """Raise :class:`RequestError` for a command-line text that is not UTF-8 (its bytes arrive as surrogate
+    escapes), naming the argument and the byte, before anything loads."""
+    for where, text in texts.items():
+        if text is not None:
+            check_text(text, where, escaped_bytes=True)
 
 
 def _record(output: RequestOutput, backends: dict[str, str],
@@ -194,6 +204,8 @@ def generate(
 
     if (prompt is None) == (input_path is None):
         raise RequestError("give a PROMPT or --input FILE (exactly one)")
+    check_arguments({"the prompt": prompt, "--system": system, "--regex": regex, "--choice": choice,
+                     **{f"--stop {i + 1}": text for i, text in enumerate(stop or ())}})
     lines = input_file.read_prompt_lines(input_path) if input_path else [input_file.PromptLine(0, 1, prompt or "")]
     _stop_if_strict(lines, strict)
     structured_config = constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward)
@@ -208,7 +220,7 @@ def generate(
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
-    check_sampling(llm, params)
+    llm.check_params(params)
     if input_path and llm.loaded.chat_template is not None:
         lines = input_file.check_messages(input_path, lines, llm.loaded.chat_template)
         _stop_if_strict(lines, strict)
@@ -220,22 +232,56 @@ def generate(
     per_line = [attrs.evolve(params, **line.scheduling) for line in good]  # checked while reading the file
     outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], per_line, not raw, system,
                    stream_text=single)
-    for output in itertools.chain(outputs, [None]):  # None: the end, where failed lines left at the tail go out
-        if output is not None:
+
+    def write_ready() -> bool:
+        """Write the outputs that are next in input order, each as soon as the ones before it are out;
+        True when Ctrl-C came meanwhile (it waits until they are written, so none is cut or written twice)."""
+        with StopOnInterrupt() as stop:
+            while len(finals) in ready:
+                line, output = lines[len(finals)], ready[len(finals)]
+                if output.error is not None:
+                    error(output.error)
+                _emit(line, output, llm, json_out, single)
+                finals.append(ready.pop(len(finals)))
+        return stop.requested
+
+    interrupted = False
+    try:
+        for output in outputs:
             line = good[int(output.request_id)]
-            ready[line.index] = output
-        while len(finals) in ready:  # outputs in input order, each as soon as the ones before it are out
-            line, output = lines[len(finals)], ready.pop(len(finals))
-            if output.error is not None:  # a bad line's error names its line already
-                named = input_path is None or line.error is not None
-                error(output.error if named else f"{input_path}:{line.line}: {output.error}")
-            _emit(line, output, llm, json_out, single)
-            finals.append(output)
+            ready[line.index] = _named(output, line, input_path)
+            if write_ready():
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:  # Ctrl-C: what finished still goes out, the rest as interrupted
+        interrupted = True
+        for line in lines[len(finals):]:
+            ready.setdefault(line.index, _interrupted(line, input_path))
+    write_ready()  # failed lines left at the tail, or everything after an interrupt
     llm.close()
     summary = _summary(finals, _backends(llm, finals), time.perf_counter() - started)
     typer.echo(summary + constraints.grammar_notes(finals) + spec_cli.speculative_notes(llm), err=True)
+    if interrupted:
+        raise typer.Exit(130)
     if any(o.error is not None for o in finals):
         raise typer.Exit(2)
+
+
+def _named(output: RequestOutput, line: input_file.PromptLine, input_path: Path | None) -> RequestOutput:
+    """``output`` with its error headed by the line's ``FILE:LINE`` (a prompts file's line that failed in
+    the engine, a prompt longer than the context, say), as a line that failed while being read has it."""
+    if output.error is None or input_path is None:
+        return output
+    return attrs.evolve(output, error=f"{input_path}:{line.line}: {output.error}")
+
+
+def _interrupted(line: input_file.PromptLine, input_path: Path | None) -> RequestOutput:
+    """The output of a line that had not finished when Ctrl-C stopped the run."""
+    from pyagent_engine.requests.request import RequestOutput
+
+    where = f"{input_path}:{line.line}: " if input_path else ""
+    return RequestOutput(request_id=f"line-{line.line}", prompt=None, prompt_token_ids=[], output_token_ids=[],
+                         text="", delta="", finished=True, finish_reason="abort",
+                         error=f"{where}interrupted (Ctrl-C) before it finished")
 
 
 def _stop_if_strict(lines: list[input_file.PromptLine], strict: bool) -> None:
@@ -280,7 +326,8 @@ def chat(
     reasoning_parser: ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
     scheduler_opt: batch_flags.SchedulerOptsOpt = None,
 ) -> None:
-    """Interactive multi-turn chat with streaming; /reset clears the history, /exit (or EOF) quits.
+    """Interactive multi-turn chat with streaming; /help lists the commands, /reset clears the history,
+    /exit (or EOF) quits.
 
     Turns are typed in a line editor (readline: arrow keys, history, no line-length limit); Ctrl-C
     during a reply stops it and keeps the conversation, Ctrl-C while typing drops the line.
@@ -290,21 +337,38 @@ def chat(
     """
     from pyagent_engine.requests.params import SamplingParams
 
+    check_arguments({"--system": system})
     parsing = chat_parsing.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             extra=sampler.params if sampler else {})
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize,
                     cache=batch_flags.scheduler_config(scheduler, scheduler_opt))
-    check_sampling(llm, params)
+    llm.check_params(params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     editor = LineEditor(sys.stdin.isatty())
+    used = ", ".join(f"{kind}={name}" for kind, name in llm.engine.backends.items())
+    typer.echo(f"pyagent chat: {llm.loaded.source.name} [{used}]; /help lists the commands, /exit or Ctrl-D quits",
+               err=True)
+    refused = False
     while (line := editor.read()) is not None:
-        if line.strip() in ("/exit", "/quit"):
-            break
-        if line.strip() == "/reset":
-            history = history[:1] if system else []
+        command = line.strip()
+        if COMMAND.fullmatch(command):
+            if command in ("/exit", "/quit"):
+                break
+            if command == "/reset":
+                history = history[:1] if system else []
+                typer.echo("[history cleared" + ("; the system message stays]" if system else "]"), err=True)
+            elif command == "/help":
+                typer.echo(CHAT_HELP, err=True)
+            else:
+                error(f"unknown command {command}; /help lists the commands")
             continue
-        if not line.strip():
+        problem = text_problem(line, escaped_bytes=True)
+        if problem is not None:
+            error(f"the line was not sent: {problem}; type or pipe UTF-8 text")
+            refused = True
+            continue
+        if not command:
             continue
         history.append({"role": "user", "content": line})
         with StopOnInterrupt() as stop:
@@ -318,6 +382,8 @@ def chat(
             typer.echo("[reply stopped; the conversation goes on, /exit or Ctrl-D quits]", err=True)
         history.append({"role": "assistant", "content": reply.text})
     llm.close()
+    if refused:
+        raise typer.Exit(2)
 
 
 def _chat_reply(llm: LLM, history: list[dict[str, str]], params: SamplingParams,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pyagent_core.errors import ChatTemplateError, RequestError
+from pyagent_core.text import check_text
 from pyagent_engine.requests.params import SamplingParams
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def _read_bytes(path: Path) -> bytes:
         raise RequestError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
-def _lines(path: Path, data: bytes) -> Iterator[tuple[int, str | None, str | None]]:
-    """``(number, text, problem)`` per line: the text when it decodes, else what is wrong with it."""
+def _lines(path: Path, data: bytes) -> Iterator[tuple[int, str, str | None]]:
+    """``(number, text, problem)`` per line: its text and ``None``; or, for a line that cannot be used, what
+    is wrong with it and its text as far as it reads (undecodable bytes replaced), to find its id in."""
     for bom, encoding in _WIDE_BOMS:
         if data.startswith(bom):
             try:
@@ -85,21 +87,13 @@ def _lines(path: Path, data: bytes) -> Iterator[tuple[int, str | None, str | Non
         try:
             line = raw.removesuffix(b"\r").decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield number, None, (f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                                 "save the file as UTF-8")
+            yield number, raw.decode("utf-8", errors="replace"), (
+                f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); save the file as UTF-8")
             continue
         if "\x00" in line:
-            yield number, None, "holds NUL bytes (a UTF-16 file without a byte-order mark?); save the file as UTF-8"
+            yield number, line, "holds NUL bytes (a UTF-16 file without a byte-order mark?); save the file as UTF-8"
             continue
         yield number, line, None
-
-
-def _check_text(value: str, where: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise RequestError(f"{where} holds a lone surrogate (\\u{ord(value[exc.start]):04x}) at character "
-                           f"{exc.start}; escape a character outside the BMP as a surrogate pair") from None
 
 
 def _check_message(message: Any, where: str) -> None:
@@ -115,12 +109,12 @@ def _check_message(message: Any, where: str) -> None:
         for number, part in enumerate(content):
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
                 raise RequestError(f'{where}.content[{number}] must be {{"type": "text", "text": "..."}}')
-            _check_text(part["text"], f"{where}.content[{number}].text")
+            check_text(part["text"], f"{where}.content[{number}].text")
     elif content is not None and not isinstance(content, str):
         raise RequestError(f"{where}.content must be a string or a list of text parts, got {type(content).__name__}")
     for key, value in message.items():
         if isinstance(value, str):
-            _check_text(value, f"{where}.{key}")
+            check_text(value, f"{where}.{key}")
 
 
 def _parse_json(text: str) -> tuple[Prompt, dict[str, Any], dict[str, Any]]:
@@ -145,7 +139,7 @@ def _parse_json(text: str) -> tuple[Prompt, dict[str, Any], dict[str, Any]]:
     if "prompt" in record:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise RequestError(f"'prompt' must be a non-empty string, got {json.dumps(record['prompt'])}")
-        _check_text(record["prompt"], "prompt")
+        check_text(record["prompt"], "prompt")
         return record["prompt"], ids, scheduling
     messages = record["messages"]
     if not isinstance(messages, list) or not messages:
@@ -156,12 +150,30 @@ def _parse_json(text: str) -> tuple[Prompt, dict[str, Any], dict[str, Any]]:
 
 
 def _id_of(text: str) -> dict[str, Any]:
-    """The ``id``/``custom_id`` of a line that failed, when the line is a JSON object that has one."""
+    """The ``id``/``custom_id`` of a line that failed, read from the members of its JSON object that parse:
+    a line cut short, or broken after its id, still gives it."""
+    decoder = json.JSONDecoder()
+    members: dict[str, Any] = {}
+    position = text.find("{") + 1 if text.lstrip().startswith("{") else 0
     try:
-        record = json.loads(text)
+        while position:
+            key, position = decoder.raw_decode(text, _skip(text, position))
+            position = _skip(text, position)
+            if not isinstance(key, str) or text[position:position + 1] != ":":
+                break
+            members[key], position = decoder.raw_decode(text, _skip(text, position + 1))
+            position = _skip(text, position)
+            position = position + 1 if text[position:position + 1] == "," else 0
     except json.JSONDecodeError:
-        return {}
-    return {k: record[k] for k in ID_KEYS if isinstance(record, dict) and isinstance(record.get(k), (str, int))}
+        pass
+    return {k: members[k] for k in ID_KEYS if isinstance(members.get(k), (str, int))
+            and not isinstance(members[k], bool)}
+
+
+def _skip(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
 
 
 def read_prompt_lines(path: Path) -> list[PromptLine]:
@@ -171,14 +183,14 @@ def read_prompt_lines(path: Path) -> list[PromptLine]:
     """
     lines: list[PromptLine] = []
     for number, text, problem in _lines(path, _read_bytes(path)):
-        if text is not None and not text.strip():
+        if problem is None and not text.strip():
             continue
         index = len(lines)
-        if text is None:
-            lines.append(PromptLine(index, number, error=f"{path}:{number}: {problem}"))
+        if problem is not None:
+            lines.append(PromptLine(index, number, ids=_id_of(text), error=f"{path}:{number}: {problem}"))
         elif not text.lstrip().startswith("{"):
             try:
-                _check_text(text, "the line")
+                check_text(text, "the line")
                 lines.append(PromptLine(index, number, prompt=text))
             except RequestError as exc:
                 lines.append(PromptLine(index, number, error=f"{path}:{number}: {exc}"))

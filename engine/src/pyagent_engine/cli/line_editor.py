@@ -8,6 +8,7 @@ drops the line; Ctrl-C during a reply stops the reply (the session and its histo
 
 from __future__ import annotations
 
+import io
 import signal
 import sys
 from types import FrameType, TracebackType
@@ -24,6 +25,8 @@ class LineEditor:
     def __init__(self, interactive: bool, prompt: str = "> ") -> None:
         self.interactive = interactive
         self.prompt = prompt if interactive else ""
+        if isinstance(sys.stdin, io.TextIOWrapper):  # a byte that is not UTF-8 arrives as a surrogate escape,
+            sys.stdin.reconfigure(errors="surrogateescape")  # for the caller to name, not as an exception
         if interactive:
             try:
                 import readline  # noqa: F401  (importing it makes input() a line editor)
@@ -31,7 +34,8 @@ class LineEditor:
                 pass
 
     def read(self) -> str | None:
-        """The next line (without its newline); ``None`` at end of input (Ctrl-D)."""
+        """The next line (without its newline; bytes that are not UTF-8 as surrogate escapes, see
+        :func:`pyagent_core.text.text_problem`); ``None`` at end of input (Ctrl-D)."""
         while True:
             try:
                 return input(self.prompt)

@@ -1,8 +1,12 @@
-"""Sampler flags of ``pyagent generate`` and ``pyagent chat``, declared once as a table.
+"""Sampler flags of ``pyagent generate``, ``chat`` and ``serve``, built from the installed samplers' specs.
 
-Every per-request sampler parameter becomes a flag (``typical_p`` -> ``--typical-p``), alongside
-``--samplers ORDER`` (the processor chain, like llama.cpp's ``--samplers``) and the generic
-``--sampler-opt NAME.KEY=VALUE`` (an engine-level option of one sampler, validated against its schema).
+Every per-request parameter an installed sampler declares (an option of its spec with
+``request=True``, see :func:`pyagent_sampler_host.parameters.request_parameters`) becomes a flag
+(``typical_p`` -> ``--typical-p``) with the spec's help, so a third-party sampler's parameters get
+flags the moment it is installed; the engine names none of them. Alongside: ``--samplers ORDER``
+(the chain, like llama.cpp's ``--samplers``, optionally ending with a token selector), the generic
+``--sampler-opt NAME.KEY=VALUE`` (an engine-level option of one sampler, validated against its
+schema) and ``--sampler-param NAME=VALUE`` (any declared parameter by name).
 :func:`with_sampler_flags` adds them to a command and hands the command one :class:`SamplerSettings`.
 """
 
@@ -17,120 +21,12 @@ import attrs
 import typer
 
 from pyagent_core.errors import OptionError
+from pyagent_core.kinds import SAMPLER
 from pyagent_core.options import parse_assignments
+from pyagent_core.registry import Registry, get_registry
+from pyagent_sampler_host.parameters import RequestParameter, request_parameters
 
 PANEL = "Samplers"
-
-
-def _ids(text: str) -> list[int]:
-    """``"1,2, 3"`` -> ``[1, 2, 3]``."""
-    try:
-        return [int(part) for part in text.replace(" ", ",").split(",") if part.strip()]
-    except ValueError:
-        raise OptionError(f"expected comma-separated token ids such as 1,2,3; got {text!r}") from None
-
-
-def _sequences(texts: list[str]) -> list[list[int]]:
-    """Each ``"12,7"`` -> one token id sequence."""
-    return [_ids(text) for text in texts]
-
-
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
-
-
-def _unescape(text: str) -> str:
-    r"""``\n``, ``\r``, ``\t``, ``\\``, ``\'``, ``\"`` and ``\xHH`` as the characters they
-    stand for (as llama.cpp reads its string flags); any other backslash stays as written."""
-    out, i = [], 0
-    while i < len(text):
-        char, following = text[i], text[i + 1:i + 2]
-        if char == "\\" and following in _ESCAPES:
-            out.append(_ESCAPES[following])
-            i += 2
-        elif char == "\\" and following == "x" and _is_hex(text[i + 2:i + 4]):
-            out.append(chr(int(text[i + 2:i + 4], 16)))
-            i += 4
-        else:
-            out.append(char)
-            i += 1
-    return "".join(out)
-
-
-def _is_hex(digits: str) -> bool:
-    return len(digits) == 2 and all(d in "0123456789abcdefABCDEF" for d in digits)
-
-
-def _breakers(texts: list[str]) -> list[str]:
-    """The breaker strings with their escapes read (``\\n`` typed is a newline); ``none`` alone is no
-    breakers (``[]``)."""
-    if texts == ["none"]:
-        return []
-    breakers = [_unescape(text) for text in texts]
-    if "" in breakers or "none" in texts:
-        raise OptionError(f"--dry-sequence-breakers takes non-empty strings, or 'none' alone for no breakers; "
-                          f"got {texts!r}")
-    return breakers
-
-
-def _bias(texts: list[str]) -> dict[int, float]:
-    """``["15=-5", "42=2.5"]`` -> ``{15: -5.0, 42: 2.5}``."""
-    out = {}
-    for token, value in parse_assignments(texts).items():
-        try:
-            out[int(token)] = float(value)
-        except ValueError:
-            raise OptionError(f"--logit-bias takes TOKEN_ID=BIAS such as 15=-5; got {token}={value}") from None
-    return out
-
-
-@attrs.frozen
-class SamplerFlag:
-    """One parameter flag: the request parameter it sets, its CLI type and help, and a converter."""
-
-    param: str
-    type: Any
-    help: str
-    convert: Callable[[Any], Any] | None = None
-    repeatable: bool = False
-
-    @property
-    def flag(self) -> str:
-        """``--typical-p`` for ``typical_p``."""
-        return "--" + self.param.replace("_", "-")
-
-
-SAMPLER_FLAGS: tuple[SamplerFlag, ...] = (
-    SamplerFlag("min_p", float, "Drop tokens below min_p times the top probability, in [0, 1] (0: off)."),
-    SamplerFlag("typical_p", float, "Locally typical sampling mass, in [0, 1] (1: off)."),
-    SamplerFlag("epsilon_cutoff", float, "Epsilon sampling cutoff, in [0, 1] (0: off)."),
-    SamplerFlag("eta_cutoff", float, "Eta sampling cutoff, in [0, 1] (0: off)."),
-    SamplerFlag("top_n_sigma", float, "Keep logits within n standard deviations of the top, >= 0 (0: off)."),
-    SamplerFlag("dynatemp_range", float, "Dynamic temperature in [T - range, T + range], >= 0 (0: off)."),
-    SamplerFlag("dynatemp_exponent", float, "Exponent of the entropy in dynamic temperature, >= 0."),
-    SamplerFlag("repetition_penalty", float, "Repetition penalty, > 0 (1: off)."),
-    SamplerFlag("frequency_penalty", float, "Frequency penalty, in [-2, 2] (0: off)."),
-    SamplerFlag("presence_penalty", float, "Presence penalty, in [-2, 2] (0: off)."),
-    SamplerFlag("penalty_last_n", int, "Tokens of context the penalties look at (-1: all)."),
-    SamplerFlag("dry_multiplier", float, "DRY penalty scale, >= 0 (0: off)."),
-    SamplerFlag("dry_base", float, "DRY penalty growth per repeated token, >= 1."),
-    SamplerFlag("dry_allowed_length", int, "Repeats up to this long are not penalised by DRY, >= 1."),
-    SamplerFlag("dry_penalty_last_n", int, "Tokens of context DRY scans, >= -1 (-1: all, 0: off)."),
-    SamplerFlag("dry_sequence_breakers", str,
-                "DRY sequence breaker string, escapes such as \\n read (repeatable; replaces the default "
-                "'\\n' ':' '\"' '*'; 'none': no breakers).", _breakers, repeatable=True),
-    SamplerFlag("xtc_probability", float, "Chance per step that XTC removes the top choices, in [0, 1] (0: off)."),
-    SamplerFlag("xtc_threshold", float, "Probability from which XTC counts a token as a top choice, in [0, 1]."),
-    SamplerFlag("mirostat", int, "Mirostat version: 0 (off), 1 or 2."),
-    SamplerFlag("mirostat_tau", float, "Mirostat target surprise in bits, >= 0."),
-    SamplerFlag("mirostat_eta", float, "Mirostat learning rate, >= 0."),
-    SamplerFlag("no_repeat_ngram_size", int, "Ban repeating any n-gram of this size, >= 0 (0: off)."),
-    SamplerFlag("logit_bias", str, "TOKEN_ID=BIAS with BIAS in [-100, 100] (repeatable).", _bias, repeatable=True),
-    SamplerFlag("bad_words_ids", str, "A banned token id sequence, e.g. 12,7 (repeatable).", _sequences,
-                repeatable=True),
-    SamplerFlag("allowed_token_ids", str, "Only these token ids, e.g. 1,2,3.", _ids),
-    SamplerFlag("suppress_tokens", str, "Never these token ids, e.g. 1,2,3.", _ids),
-    SamplerFlag("min_tokens", int, "Tokens to generate before end-of-sequence is allowed, >= 0."),
-)
 
 
 @attrs.frozen
@@ -138,9 +34,9 @@ class SamplerSettings:
     """What the sampler flags asked for.
 
     Attributes:
-        order: the processor order string (``None``: the default order).
+        order: the sampler order string (``None``: the default order).
         options: engine-level options per sampler name, from ``--sampler-opt``.
-        params: per-request parameters from the parameter flags that were given.
+        params: per-request parameters from the parameter flags and ``--sampler-param`` that were given.
     """
 
     order: str | None = None
@@ -159,38 +55,73 @@ def parse_sampler_opts(pairs: list[str]) -> dict[str, dict[str, str]]:
     return options
 
 
-def _option(flag: SamplerFlag) -> inspect.Parameter:
-    kind: Any = flag.type
-    kind = list[kind] | None if flag.repeatable else kind | None
-    annotation = Annotated[kind, typer.Option(flag.flag, help=flag.help, rich_help_panel=PANEL)]
-    return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+def parse_sampler_params(pairs: list[str], declared: Mapping[str, RequestParameter]) -> dict[str, Any]:
+    """``--sampler-param NAME=VALUE`` pairs as parameter values, each converted by its declaration
+    (a repeatable parameter collects one item per pair: ``logit_bias=15=-5 logit_bias=42=2``).
+
+    Raises :class:`OptionError` for a malformed pair, or a name no installed sampler declares.
+    """
+    texts: dict[str, list[str]] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise OptionError(f"--sampler-param {pair!r} must be NAME=VALUE, e.g. min_p=0.05")
+        texts.setdefault(name.strip(), []).append(value.strip())
+    unknown = sorted(set(texts) - set(declared))
+    if unknown:
+        raise OptionError(f"--sampler-param {unknown[0]}: no installed sampler declares a parameter {unknown[0]!r}; "
+                          f"declared: {', '.join(declared)}")
+    return {name: declared[name].option.from_cli(f"--sampler-param {name}", values) for name, values in texts.items()}
+
+
+def _annotation(param: RequestParameter) -> Any:
+    """The flag's type for typer: the option's own for a scalar, one string (``list[int]``: ``1,2,3``)
+    or a list of strings (one item per occurrence) for the others."""
+    option = param.option
+    kind: Any = option.type if option.scalar else (list[str] if option.repeatable else str)
+    return Annotated[kind | None, typer.Option(param.flag, help=option.parameter_help, rich_help_panel=PANEL)]
 
 
 EXTRA = (
     inspect.Parameter("samplers", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         str | None, typer.Option("--samplers", rich_help_panel=PANEL, help=(
-            "Processor order, e.g. 'penalties,dry,top_k,typical,top_p,min_p,xtc,temperature' "
-            "(default: every installed processor that declares a stage, in stage order)."))]),
+            "Sampler order, e.g. 'penalties,dry,top_k,typical,top_p,min_p,xtc,temperature', optionally ending "
+            "with a token selector ('...,temperature,gumbel'); default: every installed processor that declares a "
+            "stage, in stage order, then the selected selector (pyagent use sampler NAME)."))]),
     inspect.Parameter("sampler_opt", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         list[str] | None, typer.Option("--sampler-opt", rich_help_panel=PANEL,
                                        help="Sampler option NAME.KEY=VALUE, e.g. xtc.seed=7 (repeatable).")]),
+    inspect.Parameter("sampler_param", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+        list[str] | None, typer.Option("--sampler-param", rich_help_panel=PANEL, help=(
+            "A declared per-request sampler parameter NAME=VALUE, e.g. min_p=0.05 (repeatable)."))]),
 )
 
 
-def with_sampler_flags(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with every sampler flag; it receives them as ``sampler=SamplerSettings(...)``."""
+def with_sampler_flags(command: Callable[..., None], registry: Registry | None = None) -> Callable[..., None]:
+    """``command`` with a flag per declared sampler parameter (those of the installed samplers in
+    ``registry``, default: the process-wide one) and the generic sampler flags; it receives them as
+    ``sampler=SamplerSettings(...)``. A parameter the command declares itself (``temperature``,
+    ``top_k``, ``top_p``, ``seed``) keeps the command's flag."""
     signature = inspect.signature(command, eval_str=True)
     kept = [p for name, p in signature.parameters.items() if name != "sampler"]
-    added = [*(_option(flag) for flag in SAMPLER_FLAGS), *EXTRA]
+    declared = request_parameters(b.spec for b in (registry or get_registry()).backends(SAMPLER))
+    flags = [param for name, param in declared.items() if name not in signature.parameters]
+    added = [*(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_annotation(p))
+               for p in flags), *EXTRA]
 
     @functools.wraps(command)
     def wrapper(*args: Any, samplers: str | None = None, sampler_opt: list[str] | None = None,
-                **kwargs: Any) -> None:
-        params = {}
-        for flag in SAMPLER_FLAGS:
-            value = kwargs.pop(flag.param, None)
-            if value is not None and value != []:
-                params[flag.param] = flag.convert(value) if flag.convert else value
+                sampler_param: list[str] | None = None, **kwargs: Any) -> None:
+        params = parse_sampler_params(sampler_param or [], declared)
+        for param in flags:
+            value = kwargs.pop(param.name, None)
+            if value is None or value == []:
+                continue
+            if param.name in params:
+                raise OptionError(f"{param.flag} and --sampler-param {param.name} both set {param.name}; give one")
+            option = param.option
+            params[param.name] = value if option.scalar else option.from_cli(
+                param.flag, value if option.repeatable else [value])
         settings = SamplerSettings(samplers, parse_sampler_opts(sampler_opt or []), params)
         command(*args, sampler=settings, **kwargs)
 

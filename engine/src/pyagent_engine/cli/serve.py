@@ -7,6 +7,8 @@ every request's defaults. FastAPI, uvicorn and the engine are imported inside th
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,6 +17,7 @@ import typer
 from pyagent_core.commands import ReasoningOpt, ReasoningOptsOpt, ToolParserOpt, ToolParserOptsOpt
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
+from pyagent_core.text import read_utf8
 from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.generate import (
@@ -36,8 +39,11 @@ if TYPE_CHECKING:
     from pyagent_engine.server.state import ServerConfig
 
 PANEL = "Server"
-NONE = "none"
-"""The parser name that turns a parser off instead of detecting one from the chat template."""
+MIN_REQUEST_TIMEOUT_S = 1.0
+"""The shortest ``--request-timeout`` (other than 0): no request is answered faster on a CPU."""
+API_KEY_ENV = "PYAGENT_API_KEY"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""uvicorn's log levels."""
 
 
 def _option(flag: str, text: str) -> typer.models.OptionInfo:
@@ -51,30 +57,39 @@ def chat_template(llm: LLM, path: Path | None) -> ChatTemplate | None:
     model = llm.loaded.chat_template
     if path is None:
         return model
-    try:
-        source = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RequestError(f"cannot read the chat template {path}: {error.strerror}; give an existing file") from None
+    source = read_utf8(path, "chat template")
     return ChatTemplate(source, model.bos_token if model else "", model.eos_token if model else "")
 
 
-def parser_name(given: str | None, template: ChatTemplate | None, detect: str) -> str | None:
-    """``given`` (``none``: off), else the parser detected from the chat template (``None``: none matched)."""
-    from pyagent_core import parsing
+def served_names(given: list[str] | None, model: str | None) -> tuple[str, ...]:
+    """The names the model answers to: ``--served-model-name``, else the model file's name without its
+    suffix (a folder's name)."""
+    if given:
+        return tuple(given)
+    from pyagent_engine.models.embedded import find_embedded_gguf
 
-    if given is not None:
-        return None if given == NONE else given
-    if template is None:
-        return None
-    return parsing.detect_tool_parser(template.source) if detect == "tool" else \
-        parsing.detect_reasoning_parser(template.source)
+    path = Path(model) if model else find_embedded_gguf()
+    if path is None:
+        return ("model",)
+    return (path.name if path.is_dir() else path.stem,)
+
+
+def parser_name(given: str | None, template: ChatTemplate | None, detect: str) -> str | None:
+    """The parser ``serve`` uses: ``given`` (``none``: off), else ``PYAGENT_TOOL_PARSER`` /
+    ``PYAGENT_REASONING_PARSER``, ``pyagent.toml``, the user config, else the one detected from the chat
+    template (``None``: none matched); see :func:`pyagent_core.parsing.choose_parser`."""
+    from pyagent_core import parsing
+    from pyagent_core.kinds import REASONING_PARSER, TOOL_PARSER
+
+    kind = TOOL_PARSER if detect == "tool" else REASONING_PARSER
+    return parsing.choose_parser(kind, given, template.source if template is not None else None)[0]
 
 
 def serve(
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
     attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, kv_cache_gib: KvOpt = 1.0,
     grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
-    no_jump_forward: constraints.NoJumpForwardOpt = False,
+    no_jump_forward: constraints.NoJumpForwardOpt = False, grammar_cache_mib: constraints.GrammarCacheOpt = None,
     speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
     spec_opt: spec_cli.SpecOptsOpt = None, sampler: SamplerSettings | None = None,
     prefix_caching: cache_flags.PrefixCachingOpt = False, eviction: cache_flags.EvictionOpt = None,
@@ -86,7 +101,7 @@ def serve(
     host: Annotated[str, _option("--host", "Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, _option("--port", "Port to listen on.")] = 8000,
     api_key: Annotated[str | None, typer.Option(
-        "--api-key", envvar="PYAGENT_API_KEY", rich_help_panel=PANEL,
+        "--api-key", envvar=API_KEY_ENV, rich_help_panel=PANEL,
         help="Bearer key every /v1 and tokenizer request must carry (default: none, open).")] = None,
     served_model_name: Annotated[list[str] | None, _option(
         "--served-model-name", "Name(s) the model answers to (repeatable; default: the model file's name).")] = None,
@@ -107,26 +122,31 @@ def serve(
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, tools, structured output).
 
-    The parsers default to those detected from the chat template (--tool-parser none turns it off).
+    The parsers default to those selected (PYAGENT_TOOL_PARSER, pyagent.toml...), else those detected from
+    the chat template (--tool-parser none turns one off).
     """
     from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
-    from pyagent_engine.server.launch import run
+    from pyagent_engine.server.launch import listen, run
     from pyagent_engine.server.metrics import metrics_router
     from pyagent_engine.server.state import ServerConfig, ServerState
 
-    for name, value in (("--max-body-bytes", max_body_bytes), ("--max-waiting", max_waiting)):
-        if value <= 0:
-            raise RequestError(f"{name} must be positive, got {value}")
+    check_server_flags(max_body_bytes=max_body_bytes, max_waiting=max_waiting, max_concurrent=max_concurrent,
+                       request_timeout=request_timeout, shutdown_grace=shutdown_grace, log_level=log_level,
+                       api_key=api_key)
+    structured = constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward, grammar_cache_mib)
+    sock = listen(host, port)  # a busy or bad port fails now, not after the model has loaded
+    names = served_names(served_model_name, model)
     engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
                                   scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
+    engine_config["model_name"] = names[0]  # the metrics' model_name label, as vLLM's
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
-                    constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward),
+                    structured,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
                     dequantize)
     template = chat_template(llm, template_path)
     config = ServerConfig(
-        model_names=tuple(served_model_name or [llm.loaded.source.stem]), api_key=api_key,
+        model_names=names, api_key=api_key,
         tool_parser=parser_name(tool_parser, template, "tool"),
         reasoning_parser=parser_name(reasoning_parser, template, "reasoning"),
         tool_parser_options=parse_assignments(tool_parser_opt or []),
@@ -140,7 +160,29 @@ def serve(
     typer.echo(f"pyagent serve: {', '.join(config.model_names)} on http://{host}:{port} "
                f"[{', '.join(f'{k}={v}' for k, v in llm.engine.backends.items())}; tool parser "
                f"{config.tool_parser or '-'}, reasoning parser {config.reasoning_parser or '-'}]", err=True)
-    run(build_app(state, [metrics_router(state)]), state, host, port, log_level)
+    run(build_app(state, [metrics_router(state)]), state, sock, log_level)
+
+
+def check_server_flags(*, max_body_bytes: int, max_waiting: int, max_concurrent: int, request_timeout: float,
+                       shutdown_grace: float, log_level: str, api_key: str | None) -> None:
+    """Raise :class:`RequestError` for a server flag no server can run with, before anything loads."""
+    for name, count in (("--max-body-bytes", max_body_bytes), ("--max-waiting", max_waiting)):
+        if count <= 0:
+            raise RequestError(f"{name} must be positive, got {count}")
+    if max_concurrent < 0:
+        raise RequestError(f"--max-concurrent must be >= 0 (0: no cap), got {max_concurrent}")
+    if not (request_timeout == 0 or MIN_REQUEST_TIMEOUT_S <= request_timeout < math.inf):
+        raise RequestError(f"--request-timeout must be 0 (no limit) or a number of seconds from "
+                           f"{MIN_REQUEST_TIMEOUT_S:g}, got {request_timeout}: shorter, every request would time out")
+    if not 0 <= shutdown_grace < math.inf:
+        raise RequestError(f"--shutdown-grace must be a number of seconds >= 0, got {shutdown_grace}")
+    if log_level.lower() not in LOG_LEVELS:
+        raise RequestError(f"--log-level takes {', '.join(LOG_LEVELS)}, got {log_level!r}")
+    if os.environ.get(API_KEY_ENV) == "" and api_key is None:  # click reads an empty variable as unset
+        api_key = ""
+    if api_key is not None and not api_key.strip():
+        raise RequestError("the API key (--api-key or PYAGENT_API_KEY) is empty: give a key, or leave both out "
+                           "to serve without one")
 
 
 def _check_parsers(config: ServerConfig) -> None:

@@ -32,6 +32,8 @@ class EngineConfig:
         logprobs_mode: which distribution generated tokens' logprobs come from: ``"raw"`` (the
             model's logits) or ``"processed"`` (after the grammar mask and the sampler chain); see
             :mod:`pyagent_engine.requests.logprobs`.
+        model_name: the name :attr:`EngineInfo.model` reports (the metrics' ``model_name`` label);
+            ``pyagent serve`` gives its first served name, as vLLM does. ``None``: the model's path.
     """
 
     block_size: int = 16
@@ -46,6 +48,7 @@ class EngineConfig:
     scheduler: str | None = None
     scheduler_options: Mapping[str, Any] = attrs.field(factory=dict)
     logprobs_mode: str = "raw"
+    model_name: str | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):

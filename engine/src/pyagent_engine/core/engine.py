@@ -33,7 +33,7 @@ from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.requests.isolation import describe, run_isolated
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request, RequestOutput, RequestStatus
-from pyagent_engine.sampling.chain import SamplerChain
+from pyagent_engine.sampling.host import sampler_host
 from pyagent_engine.scheduling.policy import build_scheduling_policy
 from pyagent_engine.scheduling.scheduler import Scheduler, SchedulerOutput
 from pyagent_engine.spec.config import SpeculativeConfig
@@ -49,6 +49,7 @@ from pyagent_engine.stages.schedule import Schedule
 from pyagent_engine.stages.select import SelectTokens
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
+from pyagent_sampler_host.host import SamplerHost
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -117,10 +118,10 @@ class Engine:
             SchedulerContext(self.num_blocks, self.config.block_size, self.config.max_num_seqs,
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
         self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy)
-        self._new_sampler = functools.partial(SamplerChain, self.registry, model_config.vocab_size, samplers,
+        self._new_sampler = functools.partial(sampler_host, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
-        self._probe: SamplerChain | None = None
+        self._probe: SamplerHost[Request] | None = None
         self.speculative = None if speculative is None else SpeculativeDecoder(
             self.registry, speculative, model_config.vocab_size, model_config.max_position_embeddings,
             target=loaded, attention=self.attention_selection)
@@ -138,7 +139,8 @@ class Engine:
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
-            engine_id=f"engine-{next(_engine_ids)}", model=str(loaded.source), architecture=model_config.architecture,
+            engine_id=f"engine-{next(_engine_ids)}", model=self.config.model_name or str(loaded.source),
+            architecture=model_config.architecture,
             dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
             max_model_len=model_config.max_position_embeddings, block_size=self.config.block_size,
             num_kv_blocks=self.num_blocks, max_num_seqs=self.config.max_num_seqs,
@@ -207,11 +209,15 @@ class Engine:
         if len(ids) >= context:
             raise RequestError(f"the prompt has {len(ids)} tokens but the model's context is {context}; "
                                "shorten the prompt")
+        if len(ids) + params.max_tokens > context:
+            raise RequestError(f"the prompt has {len(ids)} tokens and max_tokens is {params.max_tokens}: "
+                               f"{len(ids) + params.max_tokens} tokens, over the model's context of {context}; "
+                               f"lower max_tokens to at most {context - len(ids)} or shorten the prompt")
         vocab = self.loaded.config.vocab_size
         outside = [t for t in ids if not 0 <= t < vocab]
         if outside:
             raise RequestError(f"prompt token ids must be in [0, {vocab}); got {outside[:5]}")
-        needed = -(-min(len(ids) + params.max_tokens, context) // self.config.block_size)
+        needed = -(-(len(ids) + params.max_tokens) // self.config.block_size)
         if needed > self.num_blocks:
             raise RequestError(f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
                                "raise kv_cache_gib or lower max_tokens")
@@ -295,10 +301,10 @@ class Engine:
         rows = 0 if logits is None else logits.rows.num_rows
         self._fire("pyagent_step_finished", stats=self._step_stats(batch.plan, sampled, before, rows, started))
 
-    def _choose(self, logits: StepLogits, requests: Sequence[Request], chain: SamplerChain) -> Selection:
-        """Masks, then selection with ``chain``, then logprobs, for ``requests`` (some of ``logits``'s)."""
+    def _choose(self, logits: StepLogits, requests: Sequence[Request], host: SamplerHost[Request]) -> Selection:
+        """Masks, then selection with ``host``, then logprobs, for ``requests`` (some of ``logits``'s)."""
         masked = self.masks.run(logits, requests)
-        return self.logprobs.run(masked, self.select.run(masked, chain))
+        return self.logprobs.run(masked, self.select.run(masked, host))
 
     def _step_stats(self, plan: SchedulerOutput, sampled: Sequence[Request], before: Sequence[int], rows: int,
                     started: float) -> StepStats:
@@ -324,8 +330,8 @@ class Engine:
             "step_time_s": time.perf_counter() - started,
         })
 
-    def _probe_sampler(self) -> SamplerChain:
-        """A second chain, for trying a request alone without disturbing the rows of the main one."""
+    def _probe_sampler(self) -> SamplerHost[Request]:
+        """A second sampler host, for trying a request alone without disturbing the rows of the main one."""
         if self._probe is None:
             self._probe = self._new_sampler()
         return self._probe

@@ -91,6 +91,7 @@ def read_model(
     if not use_cache:
         return read_gguf(path, progress, registry), False
     entry = conversion_cache.entry_for(path)
+    conversion_cache.remove_stale(entry.parent)  # what killed conversions left behind
     if entry.is_dir():
         try:
             return read_checkpoint(entry, registry), True
@@ -145,6 +146,11 @@ def load_model(
     architecture = checkpoint.architecture
     context = ModelContext(config=checkpoint.config, weights=checkpoint.weights,
                            dtype=str(torch_dtype).removeprefix("torch."), device=str(device), quantized=quantized)
-    model = architecture.model_class(architecture.options, context)
+    try:
+        model = architecture.model_class(architecture.options, context)
+    except ModelLoadError:
+        if use_cache and source.is_file():  # weights the model refuses: keep no cache entry of them
+            conversion_cache.discard(conversion_cache.entry_for(source))
+        raise
     return LoadedModel(config=checkpoint.config, model=model, tokenizer=checkpoint.tokenizer,
                        chat_template=checkpoint.chat_template, source=source, from_cache=from_cache)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as BackendTokenizer
 
+from pyagent_core.text import check_text
+
 
 class Tokenizer:
     """A model's tokenizer: ``encode``/``decode`` on plain lists of ids.
@@ -18,6 +20,7 @@ class Tokenizer:
 
     def __init__(self, backend: BackendTokenizer) -> None:
         self.backend = backend
+        self._plain: BackendTokenizer | None = None  # a copy that reads special tokens as text
 
     @classmethod
     def from_file(cls, path: Path) -> Tokenizer:
@@ -33,13 +36,27 @@ class Tokenizer:
         """Number of token ids, added tokens included."""
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
-    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens written in the text (``<|im_start|>``) stay whole.
 
         ``add_special_tokens`` applies the tokenizer's post-processor (a ``BOS`` for models that
-        want one); pass ``False`` for text a chat template already rendered.
+        want one); pass ``False`` for text a chat template already rendered. ``parse_special=False``
+        tokenizes special tokens written in the text as plain text (llama.cpp's ``parse_special``).
+
+        Raises:
+            RequestError: ``text`` is not whole Unicode (a lone surrogate), which no tokenizer takes.
         """
-        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        check_text(text, "the text to tokenize")
+        backend = self.backend if parse_special else self._plain_backend()
+        return list(backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def _plain_backend(self) -> BackendTokenizer:
+        """A copy of the tokenizer that splits special tokens like any text (built on first use)."""
+        if self._plain is None:
+            plain = BackendTokenizer.from_str(self.backend.to_str())
+            plain.encode_special_tokens = True
+            self._plain = plain
+        return self._plain
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``; bytes that do not form complete UTF-8 characters become U+FFFD."""

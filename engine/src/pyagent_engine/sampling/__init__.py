@@ -1,7 +1,7 @@
-"""Turning a step's logits into tokens: the sampler chain and the log probabilities of its choices.
+"""Turning a step's logits into tokens: the sampler host and the log probabilities of its choices.
 
-- :mod:`~pyagent_engine.sampling.chain`: the chain of logits processors and the token selector,
-  selected through the registry, batched over the step's rows.
-- :mod:`~pyagent_engine.sampling.fused_mask`: consecutive mask steps fused into one kernel call.
+- :mod:`~pyagent_engine.sampling.host`: the shared sampler host (``pyagent-sampler-host``: the chain
+  of logits processors and the token selector, selected through the registry, batched over the step's
+  rows, with the fused mask) over the engine's requests.
 - :mod:`~pyagent_engine.sampling.logprob_scoring`: computing the per-token log-probability records.
 """

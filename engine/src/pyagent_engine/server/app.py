@@ -7,37 +7,44 @@ server has one; ``/health``, ``/version`` and the extra routers do not.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from pyagent_engine.server import chat, completions
-from pyagent_engine.server.errors import bad_request, install_error_handlers
-from pyagent_engine.server.limits import BodySizeLimit, api_key_guard
+from pyagent_engine.server import chat, completions, tokens
+from pyagent_engine.server.errors import install_error_handlers
+from pyagent_engine.server.limits import BodySizeLimit, guarded_route
 from pyagent_engine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     TokenizeRequest,
 )
+from pyagent_engine.server.sampling import with_sampler_fields
 from pyagent_engine.server.state import ServerState
-from pyagent_engine.server.tools import history
 
 
 def openai_router(state: ServerState) -> APIRouter:
-    """``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/tokenize`` and ``/detokenize``."""
-    router = APIRouter(dependencies=[Depends(api_key_guard(state.config.api_key))])
+    """``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/tokenize`` and ``/detokenize``,
+    behind the API key and the body checks of :func:`~pyagent_engine.server.limits.guarded_route`."""
+    router = APIRouter(route_class=guarded_route(state.config.api_key))
 
-    @router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
         return await chat.chat_completions(body, request, state)
 
-    @router.post("/v1/completions", summary="Create a completion (OpenAI).")
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
         return await completions.completions(body, request, state)
+
+    # the bodies declare the chain's sampler parameters (see server.sampling.with_sampler_fields)
+    specs = [s.backend.spec for s in state.engine.llm.engine.sampler.chain.selections]
+    create_chat_completion.__annotations__["body"] = with_sampler_fields(ChatCompletionRequest, specs)
+    create_completion.__annotations__["body"] = with_sampler_fields(CompletionRequest, specs)
+    router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")(create_chat_completion)
+    router.post("/v1/completions", summary="Create a completion (OpenAI).")(create_completion)
 
     @router.get("/v1/models", summary="List the served model (OpenAI).")
     async def list_models() -> dict[str, Any]:
@@ -45,29 +52,16 @@ def openai_router(state: ServerState) -> APIRouter:
                  "max_model_len": state.max_model_len} for name in state.config.model_names]
         return {"object": "list", "data": data}
 
-    @router.post("/tokenize", summary="Token ids of a prompt, or of chat messages through the chat template.")
+    @router.post("/tokenize", summary="Token ids of a prompt, or of chat messages through the chat template "
+                                      "(vLLM's body or llama-server's).")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
         state.check_model(body.model)
-        if (body.prompt is None) == (body.messages is None):
-            raise bad_request("give prompt or messages (exactly one)", "prompt")
-        if body.messages is None:
-            tokens = state.tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
-        else:
-            if state.chat_template is None:
-                raise bad_request("this model has no chat template; tokenize a prompt instead", "messages")
-            text = state.chat_template.render(history(ChatCompletionRequest(messages=body.messages)),
-                                              add_generation_prompt=body.add_generation_prompt)
-            tokens = state.tokenizer.encode(text, add_special_tokens=False)
-        return {"count": len(tokens), "max_model_len": state.max_model_len, "tokens": list(tokens)}
+        return await asyncio.to_thread(tokens.tokenize, state, body)
 
     @router.post("/detokenize", summary="The text of token ids.")
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         state.check_model(body.model)
-        vocab = state.engine.llm.loaded.config.vocab_size
-        outside = [t for t in body.tokens if not 0 <= t < vocab]
-        if outside:
-            raise bad_request(f"token ids must be in [0, {vocab}); got {outside[:5]}", "tokens")
-        return {"prompt": state.tokenizer.decode(body.tokens)}
+        return await asyncio.to_thread(tokens.detokenize, state, body)
 
     return router
 

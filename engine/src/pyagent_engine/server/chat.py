@@ -3,11 +3,18 @@
 Streamed, each choice opens with a chunk carrying ``role``, then its deltas (content, reasoning,
 tool-call fragments), then one chunk with its ``finish_reason``; with
 ``stream_options.include_usage`` a last chunk carries the usage with empty ``choices``; ``data:
-[DONE]`` ends the stream. A reply with tool calls finishes with ``tool_calls``.
+[DONE]`` ends the stream. A reply with tool calls that ended on its own finishes with ``tool_calls``.
+
+A reply holding a malformed tool call is answered as vLLM answers it: its whole text is the
+``content`` and it has no ``tool_calls`` (see :mod:`~pyagent_engine.server.tools`). Streamed, the
+fragments of that call already sent stay; the chunk that finishes the choice carries the rest of
+the text as ``content`` (so the streamed content adds up to the non-streamed one) and its
+``finish_reason`` is ``stop`` or ``length``, not ``tool_calls``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator
@@ -29,16 +36,30 @@ from pyagent_engine.server.tools import ToolPlan, history, plan_tools
 
 
 def render(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> tuple[list[int], str]:
-    """The prompt's token ids and text: the messages (and offered tools) through the chat template."""
+    """The prompt's token ids and text: the messages (and offered tools) through the chat template.
+
+    Slow for a large conversation: the routes run it on a worker thread, off the event loop.
+    """
     template = state.chat_template
     if template is None:
         raise bad_request("this model has no chat template; use /v1/completions, or start the server with "
                           "--chat-template FILE", "messages")
-    variables = dict(body.chat_template_kwargs or {})
+    variables: dict[str, Any] = {} if body.reasoning_effort is None else {"reasoning_effort": body.reasoning_effort}
+    variables.update(body.chat_template_kwargs or {})
     if plan.tools:
         variables["tools"] = list(plan.tools)
     text = template.render(history(body), add_generation_prompt=body.add_generation_prompt, **variables)
     return list(state.tokenizer.encode(text, add_special_tokens=False)), text
+
+
+def check_unsupported(body: ChatCompletionRequest) -> None:
+    """Refuse the OpenAI fields that ask for what this server cannot do (audio out, web search), saying so."""
+    if body.modalities is not None and "audio" in body.modalities:
+        raise bad_request("this server generates text only: drop 'audio' from modalities", "modalities")
+    if body.audio is not None:
+        raise bad_request("this server generates text only, no audio: drop audio", "audio")
+    if body.web_search_options is not None:
+        raise bad_request("this server cannot search the web: drop web_search_options", "web_search_options")
 
 
 def logprobs_of(body: ChatCompletionRequest) -> int | None:
@@ -51,6 +72,7 @@ def logprobs_of(body: ChatCompletionRequest) -> int | None:
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState) -> Any:
     """Serve one chat completion request (streamed or not)."""
     state.check_model(body.model)
+    check_unsupported(body)
     logprobs = logprobs_of(body)
     config = state.config
     plan = plan_tools(body, config)
@@ -59,7 +81,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
         raise bad_request("response_format (or a constraint) cannot be combined with tool_choice "
                           "'required' or a named function; keep one", "response_format")
     structured = sampling.structured_params(constraint or plan.constraint, body, state.max_constraint_bytes)
-    ids, text = render(state, body, plan)
+    ids, text = await asyncio.to_thread(render, state, body, plan)
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling.sampling_params(body, max_tokens=max_tokens,
                                       default_max_tokens=max(1, state.max_model_len - len(ids)),
@@ -103,10 +125,11 @@ class ChatReply:
         """The ``chat.completion`` object for the choices' final outputs."""
         choices = []
         for index, output in enumerate(finals):
-            message = self.plan.parser().parse(output.text).to_openai()
+            parsed = self.plan.message(output.text, output.finish_reason)
+            message = parsed.to_openai()
             if message["reasoning_content"] is None:
                 del message["reasoning_content"]
-            reason = "tool_calls" if message.get("tool_calls") else output.finish_reason
+            reason = self.plan.finish_reason(parsed, output.finish_reason)
             logprobs = self.logprobs.chat(output.logprobs or ()) if self.logprobs else None
             choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason})
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
@@ -130,7 +153,7 @@ class ChatReply:
     async def stream(self, generation: Generation, include_usage: bool) -> AsyncGenerator[str, None]:
         """The chunks of a streamed reply (see the module docstring)."""
         parsers: list[MessageParser] = [self.plan.parser() for _ in range(self.n)]
-        called = [False] * self.n
+        sent = [""] * self.n  # content streamed per choice
         scored = [0] * self.n  # logprob records sent per choice
         completion_tokens = 0
         for index in range(self.n):
@@ -145,15 +168,21 @@ class ChatReply:
                     pieces.append(parsers[index].finish())
                 for piece in pieces:
                     delta = _delta(piece) if piece is not None else {}
+                    if self.plan.constraint is not None:  # forced calls: no content, not even a cut call's start
+                        delta.pop("content", None)
                     if delta:
-                        called[index] = called[index] or "tool_calls" in delta
+                        sent[index] += delta.get("content", "")
                         logprobs = self._new(output, index, scored)
                         yield self._chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                                             "finish_reason": None}], include_usage)
                 if output.finished:
                     completion_tokens += len(output.output_token_ids)
-                    reason = "tool_calls" if called[index] else output.finish_reason
-                    yield self._chunk([{"index": index, "delta": {}, "logprobs": self._new(output, index, scored),
+                    message = self.plan.message(output.text, output.finish_reason)  # the reply, whole
+                    content = message.content or ""
+                    grown = len(content) > len(sent[index]) and content.startswith(sent[index])
+                    rest = {"content": content[len(sent[index]):]} if grown else {}
+                    reason = self.plan.finish_reason(message, output.finish_reason)
+                    yield self._chunk([{"index": index, "delta": rest, "logprobs": self._new(output, index, scored),
                                         "finish_reason": reason}], include_usage)
         if include_usage:
             yield sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created,

@@ -7,6 +7,7 @@ text. Streamed, each chunk carries one choice's new text, the last one of a choi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -35,7 +36,8 @@ def check_unsupported(body: CompletionRequest) -> None:
 
 
 def prompts(state: ServerState, body: CompletionRequest) -> list[tuple[list[int], str]]:
-    """Each prompt's token ids and text (token-id prompts decoded for ``echo``)."""
+    """Each prompt's token ids and text (token-id prompts decoded for ``echo``); slow for large prompts,
+    so the route runs it on a worker thread, off the event loop."""
     raw = body.prompt
     items: Sequence[str | list[int]]
     if isinstance(raw, str) or (raw and all(isinstance(t, int) for t in raw)):
@@ -64,7 +66,7 @@ async def completions(body: CompletionRequest, request: Request, state: ServerSt
     check_unsupported(body)
     structured = sampling.structured_params(sampling.constraint_of(body), body, state.max_constraint_bytes)
     submissions: list[Submission] = []
-    items = prompts(state, body)
+    items = await asyncio.to_thread(prompts, state, body)
     for ids, text in items:
         params = sampling.sampling_params(body, max_tokens=body.max_tokens,
                                           default_max_tokens=max(1, state.max_model_len - len(ids)),

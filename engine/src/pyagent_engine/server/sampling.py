@@ -1,8 +1,11 @@
 """A request body to the :class:`~pyagent_engine.requests.params.SamplingParams` of each of its choices.
 
-OpenAI's fields map to the engine's; every field the body adds beyond the declared ones is a
-sampler parameter (``top_k``, ``min_p``, ``dry_multiplier``... as ``pyagent generate`` names them),
-checked by the engine's sampler chain, which refuses one that no sampler reads. ``response_format``
+OpenAI's fields map to the engine's. Every per-request parameter a sampler of the engine's chain
+declares (an option of its spec with ``request=True``: ``top_k``, ``min_p``, ``dry_multiplier``... as
+``pyagent generate`` names them, a third party's too) is a field of the body, published in the
+server's schema with the spec's help (:func:`with_sampler_fields`); the sampler checks its value.
+Any other field the body adds is passed on as a sampler parameter too, and the chain refuses one that
+no sampler reads. ``response_format``
 and the structured-output extras become one constraint, checked here (a bad schema is a 400 before
 anything runs) and compiled by the named grammar backend, or the fallback order with ``auto``.
 """
@@ -10,19 +13,59 @@ anything runs) and compiled by the named grammar backend, or the fallback order 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field, create_model
 
 from pyagent_core.errors import SpecError
 from pyagent_core.interfaces.grammar import ConstraintSpec
+from pyagent_core.types import SamplerSpec
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.server.errors import bad_request
 from pyagent_engine.server.protocol import GenerationRequest
 from pyagent_engine.structured.checks import check_constraint
+from pyagent_sampler_host.parameters import request_parameters
 
 _PASSED = ("frequency_penalty", "presence_penalty")
 """Declared OpenAI fields that are sampler parameters of the chain."""
+
+SAMPLER_FIELD = "x-pyagent-sampler"
+"""The schema mark of a body field that a sampler of the chain declares (its value: the samplers)."""
+
+_JSON_TYPES: dict[str, dict[str, Any]] = {
+    "int": {"type": "integer"}, "float": {"type": "number"}, "str": {"type": "string"}, "bool": {"type": "boolean"},
+    "list[int]": {"type": "array", "items": {"type": "integer"}},
+    "list[list[int]]": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    "dict[int, float]": {"type": "object", "additionalProperties": {"type": "number"}},
+    "list[str]": {"type": "array", "items": {"type": "string"}},
+}
+"""The JSON Schema of each option type, for the published schema (the sampler checks the value)."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def with_sampler_fields(model: type[M], specs: Iterable[SamplerSpec]) -> type[M]:
+    """``model`` with a field per per-request parameter that ``specs`` declare and ``model`` does not:
+    ``None`` by default, described by the spec's help and typed in the schema by its option type, and
+    marked :data:`SAMPLER_FIELD`. The value is not converted: the sampler checks it when the request
+    is submitted, as for ``pyagent generate`` and the Python API."""
+    fields: dict[str, Any] = {
+        name: (Any, Field(default=None, description=f"{param.option.parameter_help} (sampler: "
+                                                    f"{', '.join(param.samplers)})",
+                          json_schema_extra={**_JSON_TYPES[param.option.type_name],
+                                             SAMPLER_FIELD: list(param.samplers)}))
+        for name, param in request_parameters(specs).items() if name not in model.model_fields}
+    extended: type[M] = create_model(model.__name__, __base__=model, __module__=model.__module__, **fields)
+    return extended
+
+
+def _sampler_fields(body: BaseModel) -> dict[str, Any]:
+    """The values of the body's :data:`SAMPLER_FIELD` fields that it sets."""
+    marked = [name for name, field in type(body).model_fields.items()
+              if isinstance(field.json_schema_extra, dict) and SAMPLER_FIELD in field.json_schema_extra]
+    return {name: getattr(body, name) for name in marked if getattr(body, name) is not None}
 
 
 def _logit_bias(bias: Mapping[str, float]) -> dict[int, float]:
@@ -39,6 +82,7 @@ def sampler_extras(body: GenerationRequest, defaults: Mapping[str, Any]) -> dict
     extra.update({name: getattr(body, name) for name in _PASSED if getattr(body, name) is not None})
     if body.logit_bias:
         extra["logit_bias"] = _logit_bias(body.logit_bias)
+    extra.update(_sampler_fields(body))
     extra.update(body.model_extra or {})
     return extra
 

@@ -7,7 +7,7 @@
 3. :mod:`~pyagent_engine.stages.forward`: the model forward (``StepLogits``).
 4. :mod:`~pyagent_engine.stages.masks`: logits processing and masks, the grammar bitmask
    (``MaskedLogits``).
-5. :mod:`~pyagent_engine.stages.select`: the sampler chain chooses the tokens, one row per request
+5. :mod:`~pyagent_engine.stages.select`: the sampler host chooses the tokens, one row per request
    or a draft walked depth by depth (``Selection``).
 6. :mod:`~pyagent_engine.stages.logprobs`: the logprob records of the prompt positions and the
    chosen tokens.

@@ -1,4 +1,4 @@
-"""Stage 5, select tokens: the sampler chain chooses each request's tokens, in a plain step and in verification alike.
+"""Stage 5, select tokens: the sampler host chooses each request's tokens, in a plain step and in verification alike.
 
 A request without a draft has one logits row and emits the token the chain chooses from it. A
 request with a draft has ``1 + len(draft)`` rows and its draft is walked depth by depth: at each
@@ -18,7 +18,9 @@ of the chain applies unchanged (accepted tokens are appended to the output befor
 sampled, and taken off again before the step appends them for good). The tree case is the same
 argument with several candidates.
 
-When the chain is a plain argmax for the batch (:meth:`SamplerChain.greedy_rows`: every request
+The host is :mod:`pyagent_sampler_host`'s (built by :func:`pyagent_engine.sampling.host.sampler_host`):
+it runs the chain's processors and its 'select' stage. When the chain is a plain argmax for the batch
+(:meth:`SamplerHost.greedy_rows <pyagent_sampler_host.host.SamplerHost.greedy_rows>`: every request
 greedy, no processor that would change a row), every row's token is chosen in one call and the walk
 reads them.
 """
@@ -31,9 +33,9 @@ import torch
 
 from pyagent_core.interfaces.proposer import ROOT
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.chain import SamplerChain
 from pyagent_engine.spec.tree import node_child, walk
 from pyagent_engine.stages.records import MaskedLogits, Selection
+from pyagent_sampler_host.host import SamplerHost
 
 
 class SelectTokens:
@@ -48,13 +50,13 @@ class SelectTokens:
     def __init__(self, logprobs_mode: str) -> None:
         self.processed = logprobs_mode == "processed"
 
-    def run(self, masked: MaskedLogits, chain: SamplerChain) -> Selection:
-        """The :class:`Selection` of ``masked``'s requests, chosen with ``chain``."""
+    def run(self, masked: MaskedLogits, host: SamplerHost[Request]) -> Selection:
+        """The :class:`Selection` of ``masked``'s requests, chosen with ``host``."""
         requests, offsets, logits = masked.rows.requests, masked.rows.offsets, masked.logits
         keep = self.processed and any(r.logprobs is not None for r in requests)
-        chosen = chain.greedy_rows(requests, logits, keep)
+        chosen = host.greedy_rows(requests, logits, keep)
         if chosen is None:
-            return self._walk(requests, offsets, logits, chain, keep)
+            return self._walk(requests, offsets, logits, host, keep)
         walks = [walk(r.draft, chosen, offset) for r, offset in zip(requests, offsets, strict=True)]
         return Selection(
             requests=tuple(requests), tokens=tuple(tuple(tokens) for tokens, _ in walks),
@@ -64,9 +66,9 @@ class SelectTokens:
         )
 
     @staticmethod
-    def _walk(requests: Sequence[Request], offsets: Sequence[int], logits: torch.Tensor, chain: SamplerChain,
-              keep: bool) -> Selection:
-        """Every request's draft walked depth by depth, the chain sampling every request at each depth."""
+    def _walk(requests: Sequence[Request], offsets: Sequence[int], logits: torch.Tensor,
+              host: SamplerHost[Request], keep: bool) -> Selection:
+        """Every request's draft walked depth by depth, the host sampling every request at each depth."""
         count = len(requests)
         current, active = [ROOT] * count, [True] * count
         tokens: list[list[int]] = [[] for _ in requests]
@@ -79,9 +81,9 @@ class SelectTokens:
                 at = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0) for i in range(count)]
                 batch = logits if at == list(range(len(logits))) else logits.index_select(0, torch.tensor(at))
                 if keep:
-                    chosen, distributions = chain.sample_processed(requests, batch)
+                    chosen, distributions = host.sample_processed(requests, batch)
                 else:
-                    chosen = chain.sample(requests, batch)
+                    chosen = host.sample(requests, batch)
                 for i, request in enumerate(requests):
                     if not active[i]:
                         continue

@@ -42,6 +42,7 @@ from pyagent_core.errors import (
     UnsupportedConstraintError,
 )
 from pyagent_core.interfaces.grammar import (
+    UNKNOWN_GRAMMAR_BYTES,
     CompiledGrammar,
     ConstraintSpec,
     GrammarBackend,
@@ -55,9 +56,11 @@ from pyagent_core.types import GrammarSpec
 from pyagent_engine.requests.structured_params import AUTO, StructuredOutputParams
 from pyagent_engine.requests.structured_report import Skip
 from pyagent_engine.structured.cache import LRUCache
-from pyagent_engine.structured.checks import check_constraint
+from pyagent_engine.structured.checks import check_constraint, constraint_size
 
 ORDER_ENV = "PYAGENT_GRAMMAR_FALLBACK_ORDER"
+DEFAULT_CACHE_BYTES = 256 * 2**20
+"""The compile cache's default bound: about 90 JSON-schema grammars of xgrammar over a 49k vocabulary."""
 
 
 def _positive(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -86,7 +89,10 @@ class StructuredConfig:
 
     Attributes:
         fallback_order: backend names ``"auto"`` walks, in order (empty: see the module doc).
-        cache_size: compiled grammars kept (least recently used dropped first; 0 keeps none).
+        cache_bytes: the most bytes of compiled grammars kept (least recently used dropped first; 0 keeps
+            none), as each grammar's :meth:`~pyagent_core.interfaces.grammar.CompiledGrammar.memory_bytes`
+            counts them (:data:`~pyagent_core.interfaces.grammar.UNKNOWN_GRAMMAR_BYTES` when it cannot tell),
+            plus the constraint's own size.
         compile_timeout_s: a request whose constraint is not compiled this long after submission fails.
         compile_threads: worker threads compiling constraints.
         max_constraint_bytes: larger constraints are refused before compiling.
@@ -94,7 +100,7 @@ class StructuredConfig:
     """
 
     fallback_order: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    cache_size: int = attrs.field(default=128, validator=attrs.validators.ge(0))
+    cache_bytes: int = attrs.field(default=DEFAULT_CACHE_BYTES, validator=attrs.validators.ge(0))
     compile_timeout_s: float = attrs.field(default=30.0, validator=_positive)
     compile_threads: int = attrs.field(default=2, validator=_positive)
     max_constraint_bytes: int = attrs.field(default=64 * 1024, validator=_positive)
@@ -126,11 +132,18 @@ class CompiledConstraint:
 
 @attrs.frozen
 class _Verdict:
-    """What one backend made of one constraint (cached): a grammar, or why not."""
+    """What one backend made of one constraint (cached): a grammar, or why not; and the constraint's size."""
 
     grammar: CompiledGrammar | None
     reason: str | None = None
     unsatisfiable: bool = False
+    constraint_bytes: int = 0
+
+    def weight(self) -> int:
+        """The bytes this verdict holds in the cache: the grammar's (its backend's count, else
+        :data:`UNKNOWN_GRAMMAR_BYTES`) and the constraint's."""
+        held = 0 if self.grammar is None else self.grammar.memory_bytes()
+        return (UNKNOWN_GRAMMAR_BYTES if held is None else held) + self.constraint_bytes
 
 
 class CompileTicket:
@@ -188,7 +201,7 @@ class GrammarOrchestrator:
         self.tokenizer_info = tokenizer_info
         self.config = config or StructuredConfig()
         self.fingerprint = tokenizer_fingerprint(tokenizer_info)
-        self.cache: LRUCache[_Verdict] = LRUCache(self.config.cache_size)
+        self.cache: LRUCache[_Verdict] = LRUCache(self.config.cache_bytes, _Verdict.weight)
         self._instances: dict[str, GrammarBackend | str] = {}
         self._instance_lock = threading.Lock()
         self._build_locks: dict[str, threading.Lock] = {}
@@ -311,19 +324,20 @@ class GrammarOrchestrator:
         return None
 
     def _compile_one(self, backend: Backend[GrammarSpec], constraint: ConstraintSpec) -> _Verdict:
+        size = constraint_size(constraint)
         instance = self.instance(backend)
         if isinstance(instance, str):
-            return _Verdict(None, instance)
+            return _Verdict(None, instance, constraint_bytes=size)
         try:
             reason = instance.supports(constraint)
             if reason is not None:
-                return _Verdict(None, f"unsupported: {reason}")
+                return _Verdict(None, f"unsupported: {reason}", constraint_bytes=size)
             grammar = instance.compile(constraint)
             if not self._allows_a_first_token(grammar):
-                return _Verdict(None, unsatisfiable=True)
+                return _Verdict(None, unsatisfiable=True, constraint_bytes=size)
         except Exception as exc:  # a backend's failure is a reason to fall back, never fatal
-            return _Verdict(None, f"compile failed: {type(exc).__name__}: {exc}")
-        return _Verdict(grammar)
+            return _Verdict(None, f"compile failed: {type(exc).__name__}: {exc}", constraint_bytes=size)
+        return _Verdict(grammar, constraint_bytes=size)
 
     def _allows_a_first_token(self, grammar: CompiledGrammar) -> bool:
         from pyagent_core.interfaces.grammar import allocate_bitmask

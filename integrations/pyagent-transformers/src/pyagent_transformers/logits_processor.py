@@ -19,8 +19,10 @@ no-repeat-ngram...) see exactly what they would in the engine. For a left-padded
 ``attention_mask`` you give ``generate()``: a row's padding is then left out of its prompt, as
 transformers' own repetition penalty leaves it out (without it, padding counts as prompt tokens).
 When the rows do not continue the previous call's rows (a new ``generate()``, or beam search
-reordering them), the state starts afresh from the current ids. This module imports transformers
-only for the base class.
+reordering them), the state starts afresh from the current ids. The chain is the shared sampler
+host's (:class:`pyagent_sampler_host.chain.Chain`, without a selector: transformers chooses the
+token), so its checks are the engine's: a parameter no processor of the chain reads is an error
+naming it. This module imports transformers only for the base class.
 """
 
 from __future__ import annotations
@@ -31,16 +33,10 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor as HFLogitsProcessor
 
-from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, LogitsProcessor, SamplerContext
-from pyagent_core.kinds import SAMPLER
+from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate
 from pyagent_core.registry import Registry, get_registry
-from pyagent_engine.sampling.fused_mask import apply_processors
-
-
-def _names(processors: str | Sequence[str]) -> list[str]:
-    if isinstance(processors, str):
-        processors = processors.replace(";", ",").replace(" ", ",").split(",")
-    return [name.strip() for name in processors if name.strip()]
+from pyagent_sampler_host.chain import Chain
+from pyagent_sampler_host.order import ChainResolver, check_option_names
 
 
 class PyagentLogitsProcessor(HFLogitsProcessor):
@@ -58,24 +54,24 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
             ``num_return_sequences``).
 
     Raises:
-        pyagent_core.errors.SelectionError: an unknown or unavailable processor (when constructed).
-        ValueError: invalid parameters (at the first call, which builds the processors).
+        pyagent_core.errors.SelectionError: an unknown or unavailable processor, or a token selector
+            (when constructed).
+        pyagent_core.errors.RequestError: invalid parameters, or one no processor of the chain reads (a
+            ``ValueError``, at the first call of a generation, which adds the rows).
     """
 
     def __init__(self, processors: str | Sequence[str], params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
                  options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
                  attention_mask: torch.Tensor | None = None) -> None:
         self.registry = registry or get_registry()
-        self.names = _names(processors)
-        self.selections = [self.registry.select(SAMPLER, name, (options or {}).get(name)) for name in self.names]
-        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]
-        if selectors:
-            raise ValueError(f"{selectors[0]!r} is a token selector; transformers chooses the token, so pass "
-                             "logits processors only")
+        self.order = processors
+        self.options = dict(options or {})
+        plan = ChainResolver(self.registry).plan(processors, with_selector=False)  # bad names fail here
+        check_option_names(self.options, plan)
+        self.names = plan.names
         self.params = params
         self.attention_mask = None if attention_mask is None else attention_mask.detach().cpu()
-        self._processors: list[LogitsProcessor] = []
-        self._vocab = -1
+        self._chain: Chain | None = None
         self._outputs: list[list[int]] = []
         self._ids: torch.Tensor | None = None
 
@@ -99,22 +95,23 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
         starts: list[int] = (mask != 0).int().argmax(dim=1).tolist()
         return starts
 
-    def _start(self, input_ids: torch.Tensor, vocab: int) -> None:
-        """Build the processors (once per vocabulary size) and add every row as a new request."""
-        if vocab != self._vocab:
-            context = SamplerContext(vocab)
-            self._processors = [self.registry.load(s.backend)(s.options, context) for s in self.selections]
-            self._vocab = vocab
+    def _start(self, input_ids: torch.Tensor, vocab: int) -> Chain:
+        """Build the chain (once per vocabulary size) and add every row as a new request."""
+        chain = self._chain
+        if chain is None or chain.context.vocab_size != vocab:
+            chain = self._chain = Chain(self.registry, vocab, self.order, self.options, with_selector=False)
         else:
-            for processor in self._processors:
-                processor.update_state(BatchUpdate(0, removed=tuple(range(len(self._outputs)))))
+            chain.update_state(BatchUpdate(0, removed=tuple(range(len(self._outputs)))))
         rows = int(input_ids.shape[0])
-        self._outputs = [[] for _ in range(rows)]
+        row_params = self._row_params(rows)
         starts = self._prompt_starts(rows)
-        added = tuple(AddedRequest(r, dict(p), input_ids[r, starts[r]:].tolist(), self._outputs[r])
-                      for r, p in enumerate(self._row_params(rows)))
-        for processor in self._processors:
-            processor.update_state(BatchUpdate(rows, added=added))
+        prompts = [input_ids[r, starts[r]:].tolist() for r in range(rows)]
+        for params, prompt in zip(row_params, prompts, strict=True):
+            chain.check_params(params, prompt)
+        self._outputs = [[] for _ in range(rows)]
+        added = tuple(AddedRequest(r, dict(p), prompts[r], self._outputs[r]) for r, p in enumerate(row_params))
+        chain.update_state(BatchUpdate(rows, added=added))
+        return chain
 
     def _continues(self, input_ids: torch.Tensor) -> bool:
         """Whether ``input_ids`` is the previous call's ids plus one column."""
@@ -126,14 +123,14 @@ class PyagentLogitsProcessor(HFLogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         """Process ``scores [batch, vocab]`` given the ids so far; returns the processed scores."""
         ids = input_ids.detach().cpu()
-        if self._continues(ids):
+        chain = self._chain
+        if chain is not None and self._continues(ids):
             for outputs, token in zip(self._outputs, ids[:, -1].tolist(), strict=True):
                 outputs.append(token)
-            for processor in self._processors:
-                processor.update_state(None)
+            chain.update_state(None)
         else:
-            self._start(ids, int(scores.shape[-1]))
+            chain = self._start(ids, int(scores.shape[-1]))
         self._ids = ids
         work = scores.detach().to("cpu", torch.float32).contiguous()
-        processed = apply_processors(self._processors, work)
+        processed = chain.process(work)
         return processed.to(scores.device, scores.dtype)  # type: ignore[return-value]

@@ -1,6 +1,8 @@
 """The pyagent processors one vLLM logits processor hosts, built from the registry. No vLLM import.
 
-Which processors: :func:`pyagent_vllm.inventory.hosted_order`.
+Which processors: :func:`pyagent_vllm.inventory.hosted_order`. The chain itself is the shared
+sampler host's (:class:`pyagent_sampler_host.chain.Chain`, built without a selector: vLLM chooses
+the token); this module feeds it vLLM's batch updates and logits.
 """
 
 from __future__ import annotations
@@ -13,12 +15,9 @@ import torch
 
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import TokenizerInfo
-from pyagent_core.interfaces.sampler import AddedRequest, LogitsProcessor, SamplerContext
-from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import Registry
-from pyagent_engine.sampling.fused_mask import apply_processors
+from pyagent_sampler_host.chain import Chain
 from pyagent_vllm.batch import request_params, translate
-from pyagent_vllm.inventory import ORDER_ENV
 
 UNBOUNDED_VOCAB = 2**31 - 1
 """The vocabulary of the chain that checks parameters where the model's is unknown (vLLM's front
@@ -44,25 +43,15 @@ class HostedChain:
 
     def __init__(self, registry: Registry, names: Sequence[str], vocab_size: int, eos_token_ids: Sequence[int] = (),
                  tokenizer_info: Callable[[], TokenizerInfo] | None = None) -> None:
-        self.names = tuple(names)
-        self.selections = [registry.select(SAMPLER, name) for name in self.names]
-        selectors = [s.backend.name for s in self.selections if s.backend.spec.selects_token]
-        if selectors:
-            raise RequestError(f"{selectors[0]!r} is a token selector; vLLM chooses the token, so name logits "
-                               f"processors only in {ORDER_ENV}")
-        context = SamplerContext(vocab_size, tuple(eos_token_ids), tokenizer_info=tokenizer_info)
-        self.processors: list[LogitsProcessor] = [registry.load(s.backend)(s.options, context)
-                                                  for s in self.selections]
+        self.chain = Chain(registry, vocab_size, tuple(names), eos_token_ids=eos_token_ids,
+                           tokenizer_info=tokenizer_info, with_selector=False)
+        self.names = tuple(self.chain.names)
 
     def check(self, params: Mapping[str, Any]) -> None:
         """Raise :class:`RequestError` (a ``ValueError``) when a hosted processor rejects ``params``:
-        the processors' own per-request checks, with their messages naming the parameter."""
-        added = AddedRequest(0, params, (), [])
-        for processor in self.processors:
-            try:
-                processor.row_state(added)
-            except ValueError as error:
-                raise RequestError(str(error).replace("request at row 0: ", "")) from None
+        the processors' own per-request checks, with their messages naming the parameter. Parameters
+        no hosted processor reads are vLLM's or the other hosted class's business, so they pass."""
+        self.chain.check_values(params)
 
     def _checked(self, update: Any) -> dict[int, dict[str, Any]]:
         """Each added row's parameters, the pyagent ones dropped (with an error logged) where a
@@ -81,20 +70,18 @@ class HostedChain:
 
     def update_state(self, update: Any) -> None:
         """Apply vLLM's batch update (``None``: only new tokens) to every processor."""
-        if not self.processors:
+        if not self.chain.processors:
             return
-        translated = translate(update, None if update is None else self._checked(update))
-        for processor in self.processors:
-            processor.update_state(translated)
+        self.chain.update_state(translate(update, None if update is None else self._checked(update)))
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Run the processors that would change some row on ``logits [rows, vocab]`` (float32, as
         vLLM's sampler gives them); returns the processed logits (in place where possible)."""
-        active = [p for p in self.processors if not p.leaves_batch_unchanged()]
+        active = self.chain.active()
         if not active:
             return logits
         work = logits if logits.device.type == "cpu" else logits.cpu()
-        out = apply_processors(active, work)
+        out = self.chain.process(work, active)
         if out.device != logits.device:
             return logits.copy_(out)
         return out

@@ -15,12 +15,14 @@ Parsers: every installed tool-call and reasoning parser, as ``pyagent-<name>``. 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from pyagent_core.errors import SelectionError
 from pyagent_core.kinds import PROPOSER, REASONING_PARSER, SAMPLER, TOOL_PARSER
 from pyagent_core.registry import Registry
+from pyagent_sampler_host.order import ChainResolver, parse_sampler_order
 
 ORDER_ENV = "PYAGENT_VLLM_SAMPLERS"
 PREFIX = "pyagent-"
@@ -59,15 +61,14 @@ def hosted_order(registry: Registry, environ: Mapping[str, str] = os.environ) ->
     """
     order = environ.get(ORDER_ENV)
     if order is not None:
-        names = [name for name in order.replace(";", ",").replace(" ", ",").split(",") if name]
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise SelectionError(f"{ORDER_ENV}={order!r} names {repeated[0]!r} twice; name each processor once")
-        return tuple(names)
-    available = {b.name for b in registry.available(SAMPLER)}
-    staged = sorted((b.spec for b in registry.backends(SAMPLER) if b.spec.stage and not b.spec.selects_token),
-                    key=lambda spec: spec.chain_order)
-    return tuple(spec.name for spec in staged if spec.name in available and spec.name not in NATIVE_IN_VLLM)
+        try:
+            return parse_sampler_order(order)
+        except SelectionError as error:
+            raise SelectionError(f"{ORDER_ENV}={order!r}: {error}") from None
+    plan = ChainResolver(registry).plan(None, with_selector=False)
+    claimed = Counter(b.name for b in registry.backends(SAMPLER))
+    return tuple(b.qualified_name if claimed[b.name] > 1 else b.name
+                 for b in plan.processors if b.name not in NATIVE_IN_VLLM)
 
 
 def split_by_invariance(registry: Registry, names: tuple[str, ...], argmax_invariant: bool) -> tuple[str, ...]:

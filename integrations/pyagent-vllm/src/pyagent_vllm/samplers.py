@@ -26,6 +26,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from pyagent_core.errors import RequestError
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.registry import get_registry
+from pyagent_sampler_host.tokenizer_info import tokenizer_info_from_file
 from pyagent_vllm.batch import request_params
 from pyagent_vllm.chain import UNBOUNDED_VOCAB, HostedChain
 from pyagent_vllm.inventory import hosted_order, split_by_invariance
@@ -37,14 +38,11 @@ if TYPE_CHECKING:
 
 def _tokenizer_info(tokenizer: str, eos_token_ids: tuple[int, ...], vocab_size: int) -> TokenizerInfo:
     """The model's tokenizer from its ``tokenizer.json`` (a local folder), for DRY's string breakers."""
-    from pyagent_engine.models.grammar_vocab import grammar_tokenizer_info
-    from pyagent_engine.models.tokenizer import Tokenizer
-
     path = Path(tokenizer) / "tokenizer.json"
     if not path.is_file():
         raise RequestError(f"the model's tokenizer {tokenizer!r} is not a local folder with tokenizer.json; "
                            "pass DRY's sequence breakers as token ids")
-    return grammar_tokenizer_info(Tokenizer.from_file(path), eos_token_ids, vocab_size)
+    return tokenizer_info_from_file(path, eos_token_ids, vocab_size)
 
 
 def _eos_token_ids(vllm_config: VllmConfig) -> tuple[int, ...]:

@@ -88,7 +88,7 @@ class MultiParamProcessor(LogitsProcessor):
 
     def row_state(self, request: AddedRequest) -> ParamRow:
         """Validate the request's parameters, then build its row state with :meth:`make_row`."""
-        where = f"request at row {request.index}"
+        where = request.where
         for param in self.request_params:
             param.validate(request.params.get(param.name), where)
         values = self.resolve(request.params)

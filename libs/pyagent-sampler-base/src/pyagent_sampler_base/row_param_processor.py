@@ -35,7 +35,7 @@ class RowParamProcessor(LogitsProcessor):
     def row_state(self, request: AddedRequest) -> AddedRequest:
         """Validate the request's parameter, then keep the request itself as the row's state."""
         name = self.request_param.name
-        self.request_param.validate(request.params.get(name), f"request at row {request.index}")
+        self.request_param.validate(request.params.get(name), request.where)
         return request
 
     def update_state(self, update: BatchUpdate | None) -> None:

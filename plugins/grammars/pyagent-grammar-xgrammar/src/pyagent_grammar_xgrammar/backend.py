@@ -117,6 +117,10 @@ class XGrammarCompiled(CompiledGrammar):
         """A fresh matcher at the start of the grammar."""
         return XGrammarMatcher(self.compiled, self._info, self._never)
 
+    def memory_bytes(self) -> int:
+        """xgrammar's count of the compiled grammar's bytes (``memory_size_bytes``: its adaptive token masks)."""
+        return int(self.compiled.memory_size_bytes)
+
 
 def _choice_grammar(choices: tuple[str, ...]) -> str:
     """An EBNF grammar whose root is one of ``choices`` (JSON escapes are valid EBNF string escapes)."""
@@ -237,20 +241,26 @@ def bounded_ebnf(ebnf: str, whitespace: bool, numbers: bool) -> str:
 
 
 def _structural_tag(text: str) -> dict[str, Any]:
-    """pyagent's structural tag (``structures`` of begin/schema/end, ``triggers``, optional ``at_least_one``
-    and ``stop_after_first``) in xgrammar's format."""
+    """pyagent's structural tag (``structures`` of begin/schema/end; ``triggers`` for calls in free text, or a
+    ``separator`` for calls only; optional ``at_least_one`` and ``stop_after_first``) in xgrammar's format:
+    ``triggered_tags``, or ``tags_with_separator``."""
     try:
         value = json.loads(text)
-        structures, triggers = value["structures"], value["triggers"]
+        structures = value["structures"]
         tags = [{"begin": s["begin"], "content": {"type": "json_schema", "json_schema": s["schema"]}, "end": s["end"]}
                 for s in structures]
         flags = {flag: value.get(flag, False) for flag in ("at_least_one", "stop_after_first")}
         if not all(isinstance(v, bool) for v in flags.values()):
             raise TypeError(f"at_least_one and stop_after_first must be true or false, got {flags}")
+        if "separator" in value:
+            if not isinstance(value["separator"], str):
+                raise TypeError(f"separator must be a string, got {value['separator']!r}")
+            layout = {"type": "tags_with_separator", "separator": value["separator"]}
+        else:
+            layout = {"type": "triggered_tags", "triggers": value["triggers"]}
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"a structural tag is {{'structures': [{{'begin', 'schema', 'end'}}...], 'triggers': [...]}}; "
-            f"this one is not ({type(error).__name__}: {error})"
+            f"a structural tag is {{'structures': [{{'begin', 'schema', 'end'}}...], 'triggers': [...]}} or "
+            f"{{'structures': [...], 'separator': '...'}}; this one is not ({type(error).__name__}: {error})"
         ) from None
-    return {"type": "structural_tag",
-            "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags, **flags}}
+    return {"type": "structural_tag", "format": {**layout, "tags": tags, **flags}}

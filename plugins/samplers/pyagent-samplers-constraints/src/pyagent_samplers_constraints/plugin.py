@@ -24,6 +24,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         impl=f"{PACKAGE}.logit_bias:LogitBiasProcessor",
         summary="Adds the request's logit_bias (token id -> bias in [-100, 100]) to those tokens.",
         description="Per-request parameter 'logit_bias', a mapping of token id (or its decimal string) to bias.",
+        options={"logit_bias": OptionSpec(
+            type=dict[int, float], help="token id -> bias in [-100, 100] of requests that set none",
+            request=True, request_help="TOKEN_ID=BIAS with BIAS in [-100, 100] (repeatable).")},
     ))
     register(spec(
         name="bad_words",
@@ -34,6 +37,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'bad_words_ids' (a list of token id sequences). Semantics of "
             "transformers' NoBadWordsLogitsProcessor over the prompt and output." + EMPTIED_ROWS
         ),
+        options={"bad_words_ids": OptionSpec(
+            type=list[list[int]], help="banned token id sequences of requests that set none",
+            request=True, request_help="A banned token id sequence, e.g. 12,7 (repeatable).")},
     ))
     register(spec(
         name="allowed_token_ids",
@@ -41,6 +47,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         impl=f"{PACKAGE}.bans:AllowedTokensProcessor",
         summary="Bans every token but the request's allowed_token_ids.",
         description="Per-request parameter 'allowed_token_ids' (a list; empty or unset: off)." + EMPTIED_ROWS,
+        options={"allowed_token_ids": OptionSpec(
+            type=list[int], help="the only token ids requests that set none may generate",
+            request=True, request_help="Only these token ids, e.g. 1,2,3.")},
     ))
     register(spec(
         name="suppress_tokens",
@@ -48,6 +57,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         impl=f"{PACKAGE}.bans:SuppressTokensProcessor",
         summary="Bans the request's suppress_tokens at every step.",
         description="Per-request parameter 'suppress_tokens' (a list of token ids)." + EMPTIED_ROWS,
+        options={"suppress_tokens": OptionSpec(
+            type=list[int], help="token ids requests that set none never generate",
+            request=True, request_help="Never these token ids, e.g. 1,2,3.")},
     ))
     register(spec(
         name="min_tokens",
@@ -58,8 +70,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameters 'min_tokens' (an integer >= 0, 0: off) and 'eos_token_ids' (the "
             "engine passes the model's end-of-sequence ids and the request's stop_token_ids)." + EMPTIED_ROWS
         ),
-        options={"min_tokens": OptionSpec(type=int, default=0, min=0,
-                                          help="tokens generated before end-of-sequence is allowed (0: off)")},
+        options={"min_tokens": OptionSpec(
+            type=int, default=0, min=0, help="tokens generated before end-of-sequence is allowed (0: off)",
+            request=True, request_help="Tokens to generate before end-of-sequence is allowed, >= 0.")},
     ))
     register(spec(
         name="no_repeat_ngram",
@@ -70,5 +83,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'no_repeat_ngram_size' (an integer >= 0, 0: off). Semantics of "
             "transformers' NoRepeatNGramLogitsProcessor." + EMPTIED_ROWS
         ),
-        options={"no_repeat_ngram_size": OptionSpec(type=int, default=0, min=0, help="n-gram size (0: off)")},
+        options={"no_repeat_ngram_size": OptionSpec(
+            type=int, default=0, min=0, help="n-gram size (0: off)",
+            request=True, request_help="Ban repeating any n-gram of this size, >= 0 (0: off).")},
     ))

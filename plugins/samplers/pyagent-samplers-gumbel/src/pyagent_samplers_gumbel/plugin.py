@@ -24,12 +24,14 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         ),
         options={
             "seed": OptionSpec(type=int, default=None, min=0, max=2**64 - 1,
-                               help="seed of the generator that seeds requests without a seed (unset: entropy)"),
+                               help="seed of the generator that seeds requests without a seed (unset: entropy)",
+                               request=True, request_help="Seed of the request's noise, an integer in "
+                               "[0, 2**64 - 1]: the same seed gives the same tokens."),
             "backend": OptionSpec(type=str, default="auto", choices=("auto", "c", "torch"),
                                   help="kernel implementation: auto (C if built), c or torch"),
         },
+        stage="select",
         priority=0,
         requires=("torch", "pyagent_kernels"),
-        selects_token=True,
         install_hint=checkout_install_hint("pyagent-samplers-gumbel", "plugins/samplers/pyagent-samplers-gumbel"),
     ))

@@ -53,7 +53,7 @@ class GumbelSelector(TokenSelector):
     def row_state(self, request: AddedRequest) -> GumbelRow:
         """Validate the request's ``seed``; unseeded requests draw one from the engine's generator."""
         seed = request.params.get("seed")
-        _check_seed(seed, f"request at row {request.index}")
+        _check_seed(seed, request.where)
         return GumbelRow(params=request.params, seed=self._engine.getrandbits(64) if seed is None else int(seed))
 
     def update_state(self, update: BatchUpdate | None) -> None:
@@ -68,7 +68,7 @@ class GumbelSelector(TokenSelector):
         """One ``int64`` token id per row; each row's step advances by one.
 
         ``kept``: the tokens the fused mask recorded for these logits (see
-        ``pyagent_engine.sampling.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
+        ``pyagent_sampler_host.fused_mask.apply_processors``); rows then cost O(kept tokens) instead
         of a scan of the vocabulary, with the same choice.
         """
         rows = len(self.rows)

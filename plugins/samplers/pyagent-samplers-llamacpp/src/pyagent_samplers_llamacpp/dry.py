@@ -188,7 +188,7 @@ class DryProcessor(MultiParamProcessor):
             return DryRow(request, values, {})
         breakers = values["dry_sequence_breakers"]
         try:
-            table = self.breaker_table(breakers, f"request at row {request.index}")
+            table = self.breaker_table(breakers, request.where)
         except ValueError:
             if breakers is not None:
                 raise

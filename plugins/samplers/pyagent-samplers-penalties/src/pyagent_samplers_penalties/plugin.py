@@ -26,14 +26,18 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "request and updated per step in C (pyagent-kernels), with a torch fallback."
         ),
         options={
-            "repetition_penalty": OptionSpec(type=float, default=1.0, min=0.0,
-                                             help="repetition penalty of requests that set none (> 0; 1: off)"),
-            "frequency_penalty": OptionSpec(type=float, default=0.0, min=-2.0, max=2.0,
-                                            help="frequency penalty of requests that set none (0: off)"),
-            "presence_penalty": OptionSpec(type=float, default=0.0, min=-2.0, max=2.0,
-                                           help="presence penalty of requests that set none (0: off)"),
-            "penalty_last_n": OptionSpec(type=int, default=-1, min=-1,
-                                         help="tokens of context penalised (-1: all, 0: off)"),
+            "repetition_penalty": OptionSpec(
+                type=float, default=1.0, min=0.0, help="repetition penalty of requests that set none (> 0; 1: off)",
+                request=True, request_help="Repetition penalty, > 0 (1: off)."),
+            "frequency_penalty": OptionSpec(
+                type=float, default=0.0, min=-2.0, max=2.0, help="frequency penalty of requests that set none (0: off)",
+                request=True, request_help="Frequency penalty, in [-2, 2] (0: off)."),
+            "presence_penalty": OptionSpec(
+                type=float, default=0.0, min=-2.0, max=2.0, help="presence penalty of requests that set none (0: off)",
+                request=True, request_help="Presence penalty, in [-2, 2] (0: off)."),
+            "penalty_last_n": OptionSpec(
+                type=int, default=-1, min=-1, help="tokens of context penalised (-1: all, 0: off)",
+                request=True, request_help="Tokens of context the penalties look at (-1: all)."),
             "backend": OptionSpec(type=str, default="auto", choices=("auto", "c", "torch"),
                                   help="kernel implementation: auto (C if built), c or torch"),
         },

@@ -94,7 +94,7 @@ class PenaltiesProcessor(LogitsProcessor):
     def row_state(self, request: AddedRequest) -> PenaltyRow:
         """Validate the request's penalties; its counts are built at the next :meth:`apply`."""
         for param in PARAMS:
-            param.validate(request.params.get(param.name), f"request at row {request.index}")
+            param.validate(request.params.get(param.name), request.where)
         state = PenaltyRow(params=request.params, prompt=request.prompt_token_ids,
                            output=request.output_token_ids, last_n=-1)
         return state

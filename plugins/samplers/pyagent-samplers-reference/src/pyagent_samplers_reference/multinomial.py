@@ -56,7 +56,7 @@ class MultinomialSelector(TokenSelector):
     def row_state(self, request: AddedRequest) -> SeededRequest | AddedRequest:
         """Validate the request's ``seed``; a seeded request gets a :class:`SeededRequest` state."""
         seed = request.params.get("seed")
-        SEED.validate(seed, f"request at row {request.index}")
+        SEED.validate(seed, request.where)
         return request if seed is None else SeededRequest(params=request.params, seed=seed)
 
     def update_state(self, update: BatchUpdate | None) -> None:

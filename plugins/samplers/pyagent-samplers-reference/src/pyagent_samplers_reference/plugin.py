@@ -13,11 +13,13 @@ INSTALL_HINT = checkout_install_hint("pyagent-samplers-reference", "plugins/samp
 # greedy so that, when nothing is selected, the token is drawn from the processed distribution.
 PRIORITY = 0
 SELECTOR_PRIORITY = 1
+SEED_HELP = "Seed of the request's draws, an integer in [0, 2**64 - 1]: the same seed gives the same tokens."
 
 
 @hookimpl
 def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
-    """Register temperature, top_k, top_p and min_p (processors) and greedy and multinomial (selectors)."""
+    """Register temperature, top_k, top_p and min_p (processors) and greedy and multinomial (selectors,
+    in the select stage)."""
     register(SamplerSpec(
         name="temperature",
         stage="temperature",
@@ -31,6 +33,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         options={"temperature": OptionSpec(
             type=float, default=1.0, min=0.0,
             help="temperature of requests that set none (0 and 1 leave logits unchanged)",
+            request=True, request_help="Sampling temperature, >= 0 (0: greedy, 1: logits unchanged).",
         )},
         priority=PRIORITY,
         requires=("torch",),
@@ -49,6 +52,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         ),
         options={"top_k": OptionSpec(
             type=int, default=0, min=0, help="k of requests that set none (0 turns top-k off)",
+            request=True, request_help="Keep the k most likely tokens, >= 0 (0: off).",
         )},
         priority=PRIORITY,
         requires=("torch",),
@@ -69,6 +73,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         options={"top_p": OptionSpec(
             type=float, default=1.0, min=0.0, max=1.0,
             help="p of requests that set none (1 turns top-p off)",
+            request=True, request_help="Keep the most likely tokens up to this total probability, in [0, 1] (1: off).",
         )},
         priority=PRIORITY,
         requires=("torch",),
@@ -88,6 +93,7 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         ),
         options={"min_p": OptionSpec(
             type=float, default=0.0, min=0.0, max=1.0, help="min_p of requests that set none (0 turns it off)",
+            request=True, request_help="Drop tokens below min_p times the top probability, in [0, 1] (0: off).",
         )},
         priority=PRIORITY,
         requires=("torch",),
@@ -97,10 +103,11 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
     register(SamplerSpec(
         name="greedy",
         impl=f"{PACKAGE}.greedy:GreedySelector",
+        stage="select",
         summary="Chooses each row's most likely token (the lowest id among equal logits).",
+        description="Selected, it makes every request greedy, whatever its temperature.",
         priority=PRIORITY,
         requires=("torch",),
-        selects_token=True,
         install_hint=INSTALL_HINT,
     ))
     register(SamplerSpec(
@@ -115,9 +122,10 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
         options={"seed": OptionSpec(
             type=int, default=None, min=0, max=2**64 - 1,
             help="seed of the generator shared by requests without a seed (unset: system entropy)",
+            request=True, request_help=SEED_HELP,
         )},
+        stage="select",
         priority=SELECTOR_PRIORITY,
         requires=("torch",),
-        selects_token=True,
         install_hint=INSTALL_HINT,
     ))

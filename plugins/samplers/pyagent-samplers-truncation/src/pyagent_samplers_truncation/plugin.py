@@ -26,8 +26,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'typical_p' (a number in [0, 1]), else the option; 1 turns it off. "
             "Semantics of transformers' TypicalLogitsWarper with min_tokens_to_keep=1."
         ),
-        options={"typical_p": OptionSpec(type=float, default=1.0, min=0.0, max=1.0,
-                                         help="probability mass of the typical set (1: off)")},
+        options={"typical_p": OptionSpec(
+            type=float, default=1.0, min=0.0, max=1.0, help="probability mass of the typical set (1: off)",
+            request=True, request_help="Locally typical sampling mass, in [0, 1] (1: off).")},
         argmax_invariant=False,
     ))
     register(spec(
@@ -40,8 +41,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'epsilon_cutoff' (a number in [0, 1]), else the option; 0 turns it "
             "off. Semantics of transformers' EpsilonLogitsWarper: the most likely token always stays."
         ),
-        options={"epsilon_cutoff": OptionSpec(type=float, default=0.0, min=0.0, max=1.0,
-                                              help="probability cutoff (0: off; the paper uses 3e-4 to 9e-4)")},
+        options={"epsilon_cutoff": OptionSpec(
+            type=float, default=0.0, min=0.0, max=1.0, help="probability cutoff (0: off; the paper uses 3e-4 to 9e-4)",
+            request=True, request_help="Epsilon sampling cutoff, in [0, 1] (0: off).")},
         argmax_invariant=True,
     ))
     register(spec(
@@ -54,8 +56,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'eta_cutoff' (a number in [0, 1]), else the option; 0 turns it off. "
             "Semantics of transformers' EtaLogitsWarper: the most likely token always stays."
         ),
-        options={"eta_cutoff": OptionSpec(type=float, default=0.0, min=0.0, max=1.0,
-                                          help="eta (0: off; the paper uses 3e-4 to 2e-3)")},
+        options={"eta_cutoff": OptionSpec(
+            type=float, default=0.0, min=0.0, max=1.0, help="eta (0: off; the paper uses 3e-4 to 2e-3)",
+            request=True, request_help="Eta sampling cutoff, in [0, 1] (0: off).")},
         argmax_invariant=True,
     ))
     register(spec(
@@ -68,8 +71,9 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "Per-request parameter 'top_n_sigma' (a finite number >= 0), else the option; 0 turns it off. "
             "Mean and standard deviation over the row's finite logits, as llama.cpp's top-n-sigma."
         ),
-        options={"top_n_sigma": OptionSpec(type=float, default=0.0, min=0.0,
-                                           help="n, in standard deviations below the largest logit (0: off)")},
+        options={"top_n_sigma": OptionSpec(
+            type=float, default=0.0, min=0.0, help="n, in standard deviations below the largest logit (0: off)",
+            request=True, request_help="Keep logits within n standard deviations of the top, >= 0 (0: off).")},
         argmax_invariant=True,
     ))
     register(spec(
@@ -84,10 +88,12 @@ def pyagent_register_samplers(register: Callable[[SamplerSpec], None]) -> None:
             "--dynatemp-exp. Multiplies the row by T / T_dyn: place it right before 'temperature'."
         ),
         options={
-            "dynatemp_range": OptionSpec(type=float, default=0.0, min=0.0,
-                                         help="half-width of the temperature range (0: off)"),
-            "dynatemp_exponent": OptionSpec(type=float, default=1.0, min=0.0,
-                                            help="exponent applied to the normalised entropy"),
+            "dynatemp_range": OptionSpec(
+                type=float, default=0.0, min=0.0, help="half-width of the temperature range (0: off)",
+                request=True, request_help="Dynamic temperature in [T - range, T + range], >= 0 (0: off)."),
+            "dynatemp_exponent": OptionSpec(
+                type=float, default=1.0, min=0.0, help="exponent applied to the normalised entropy",
+                request=True, request_help="Exponent of the entropy in dynamic temperature, >= 0."),
         },
         argmax_invariant=True,
     ))

@@ -58,8 +58,11 @@ class FormatToolParser(Streaming, ToolParser):
         """The constraint enforcing ``tool_choice``: ``None`` for ``"auto"``/``"none"``, else a structural tag.
 
         The tag has one structure per allowed tool: the text this format writes before the
-        arguments, the tool's parameter schema, and the text after them; its trigger is what
-        every call starts with, and ``at_least_one`` makes the output open with a call.
+        arguments, the tool's parameter schema, and the text after them; ``at_least_one`` makes the
+        output open with a call. Where the format writes each call whole (nothing wraps several
+        calls), the tag has the ``separator`` it writes between two calls: the output is calls only
+        and ends after the last one, as OpenAI's and vLLM's forced calls do. Otherwise its trigger
+        is what every call starts with (text may follow the calls).
         ``"required"`` allows every tool, ``{"type": "function", "function": {"name": NAME}}`` only NAME.
 
         Raises:
@@ -81,9 +84,22 @@ class FormatToolParser(Streaming, ToolParser):
                 )
             begin, end = written.split(slot)
             structures.append({"begin": begin, "schema": dict(self.toolset.schemas[name]), "end": end})
-        begins = [s["begin"] for s in structures]
-        return ConstraintSpec(structural_tag={"structures": structures, "triggers": [self._trigger(begins)],
-                                              "at_least_one": True})
+        separator = self._separator(names[0], structures[0])
+        layout = {"separator": separator} if separator is not None else {
+            "triggers": [self._trigger([s["begin"] for s in structures])]}
+        return ConstraintSpec(structural_tag={"structures": structures, **layout, "at_least_one": True})
+
+    def _separator(self, name: str, structure: Mapping[str, Any]) -> str | None:
+        """What this format writes between two whole calls of ``name`` (``structure``'s begin, arguments and
+        end each time), or ``None`` when two calls are written otherwise (inside one wrapper)."""
+        pieces = self.render([(name, dict(_SLOT)), (name, dict(_SLOT))]).split(dumps(_SLOT))
+        if len(pieces) != 3:
+            return None
+        first, middle, last = pieces
+        begin, end = structure["begin"], structure["end"]
+        whole = (first == begin and last == end and len(middle) >= len(begin) + len(end)
+                 and middle.startswith(end) and middle.endswith(begin))
+        return middle[len(end):len(middle) - len(begin)] if whole else None
 
     def _chosen(self, tool_choice: str | Mapping[str, Any]) -> list[str] | None:
         if tool_choice in ("auto", "none"):

@@ -8,8 +8,8 @@ import torch
 from pyagent_core.interfaces.sampler import AddedRequest, BatchUpdate, SamplerContext, fusable_step
 from pyagent_core.kinds import SAMPLER
 from pyagent_core.registry import get_registry
-from pyagent_engine.sampling import fused_mask
-from pyagent_engine.sampling.fused_mask import apply_processors, fused_runs
+from pyagent_sampler_host import fused_mask
+from pyagent_sampler_host.fused_mask import apply_processors, fused_runs
 
 STEPS = ("temperature", "top_k", "top_p", "min_p")  # the installed processors of these names fuse
 ROW_PARAMS = [

@@ -1,0 +1,6 @@
+"""Lets the test modules import the shared helpers module."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
