@@ -186,6 +186,7 @@ def test_a_parameter_without_its_stage_is_an_error_in_the_cli(cli, demo):
 
 API = """
 import json
+from pyagent_core.errors import RequestError
 from pyagent_core.kinds import TOOL_PARSER
 from pyagent_core.parsing import build_message_parser, choose_parser
 from pyagent_engine import LLM, SamplingParams
@@ -194,10 +195,14 @@ llm = LLM()
 forced = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, extra={"force_token": 42})
 sampled = SamplingParams(temperature=0.5, max_tokens=3, ignore_eos=True)
 outputs = llm.generate(["Hi", "Hi"], [forced, sampled])
-lacking = LLM(samplers="top_k").generate(["Hi"], SamplingParams(temperature=0.01, max_tokens=3))[0]
+try:  # refused before anything runs
+    LLM(samplers="top_k").generate(["Hi"], SamplingParams(temperature=0.01, max_tokens=3))
+    lacking = None
+except RequestError as error:
+    lacking = str(error)
 name, source = choose_parser(TOOL_PARSER, None)
 calls = build_message_parser(name).parse("hello").tool_calls
-print(json.dumps({"tokens": [o.output_token_ids for o in outputs], "lacking": lacking.error, "parser": name,
+print(json.dumps({"tokens": [o.output_token_ids for o in outputs], "lacking": lacking, "parser": name,
                   "source": source, "calls": [[c.name, c.arguments] for c in calls]}))
 """
 
