@@ -24,6 +24,7 @@ from pyagent_core.types import (
     AttentionSpec,
     EvictionSpec,
     GrammarSpec,
+    MixerSpec,
     ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
@@ -49,6 +50,19 @@ def pyagent_register_attention_backends(register: Callable[[AttentionSpec], None
 
     Args:
         register: call once per backend with an :class:`~pyagent_core.types.AttentionSpec`.
+
+    Returns:
+        Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.
+    """
+
+
+@hookspec
+def pyagent_register_mixers(register: Callable[[MixerSpec], None]) -> None:
+    """Register mixer backends: the sequence mixers beside attention (short convolution, Mamba2's SSD,
+    Gated DeltaNet, multi-head latent attention).
+
+    Args:
+        register: call once per backend with a :class:`~pyagent_core.types.MixerSpec`.
 
     Returns:
         Nothing; the return value is ignored. Not ``firstresult``: every plugin's hook runs.

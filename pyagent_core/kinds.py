@@ -19,6 +19,7 @@ from pyagent_core.types import (
     BackendSpec,
     EvictionSpec,
     GrammarSpec,
+    MixerSpec,
     ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
@@ -75,6 +76,8 @@ class Kind(Generic[S]):
 
 ATTENTION = Kind("attention", "attention backend", "pyagent_register_attention_backends", AttentionSpec,
                  "plugins/attention", "pyagent_core.interfaces.attention:AttentionBackend")
+MIXER = Kind("mixer", "mixer backend", "pyagent_register_mixers", MixerSpec,
+             "plugins/mixers", "pyagent_core.interfaces.mixer:MixerBackend")
 SAMPLER = Kind("sampler", "sampler", "pyagent_register_samplers", SamplerSpec,
                "plugins/samplers", "pyagent_core.interfaces.sampler:Sampler",
                selectable=lambda spec: bool(spec.selects_token),
@@ -101,7 +104,7 @@ REASONING_PARSER = Kind("reasoning_parser", "reasoning parser", "pyagent_registe
                         default_by_priority=False, no_default=_PARSER_DEFAULT)
 
 KINDS: dict[str, Kind[Any]] = {
-    k.name: k for k in (ATTENTION, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,
+    k.name: k for k in (ATTENTION, MIXER, SAMPLER, GRAMMAR, PROPOSER, EVICTION, SCHEDULER, MODEL, TOOL_PARSER,
                         REASONING_PARSER)
 }
 
@@ -111,6 +114,7 @@ _ALIASES = {
     "kvcache": "eviction", "eviction_policy": "eviction", "tool_parsers": "tool_parser",
     "reasoning_parsers": "reasoning_parser", "reasoning": "reasoning_parser",
     "models": "model", "architecture": "model", "architectures": "model",
+    "mixers": "mixer", "sequence_mixer": "mixer",
     "schedulers": "scheduler", "scheduling": "scheduler", "scheduling_policy": "scheduler",
 }
 

@@ -112,6 +112,32 @@ class AttentionSpec(BackendSpec):
     logits_soft_cap: bool = False
 
 
+@attrs.frozen(kw_only=True)
+class MixerSpec(BackendSpec):
+    """A mixer backend: the sequence-mixer families beside attention it computes
+    (:mod:`pyagent_core.interfaces.mixer`).
+
+    Attributes:
+        families: the families it implements, of :data:`~pyagent_core.interfaces.mixer.MIXER_FAMILIES`;
+            the host never builds it for a model whose forward needs another.
+        dtypes: the torch dtype names it computes in.
+    """
+
+    kind: ClassVar[str] = "mixer"
+
+    families: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    dtypes: tuple[str, ...] = attrs.field(default=("float32",), converter=_to_tuple)
+
+    @families.validator
+    def _known_families(self, _attr: Any, value: tuple[str, ...]) -> None:
+        from pyagent_core.interfaces.mixer import MIXER_FAMILIES
+
+        unknown = sorted(set(value) - set(MIXER_FAMILIES))
+        if not value or unknown:
+            raise SpecError(f"mixer backend {self.name!r} declares families {list(value)}; name at least one, "
+                            f"each of: {', '.join(MIXER_FAMILIES)}")
+
+
 SELECT_STAGE = "select"
 """The stage of the token selector, which ends every chain: exactly one sampler of a chain is there."""
 

@@ -78,7 +78,8 @@ def contracts() -> str:
         # are handed tensors, so torch is there); tests/test_wheels.py imports the rest without it
         forbidden("core-imports-torch-only-in-its-kit-and-tensor-helpers", CORE, {"torch", "numpy"},
                   "ignore_imports =\n    pyagent_core.testing.** -> torch\n"
-                  "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch"),
+                  "    pyagent_core.interfaces.attention -> torch\n    pyagent_core.interfaces.grammar -> torch\n"
+                  "    pyagent_core.interfaces.mixer -> torch\n    pyagent_core.interfaces.cache -> torch"),
         forbidden("kernels-import-nothing-from-pyagent", KERNELS, EVERYTHING - {KERNELS}),
         # the libraries the engine declares (the sampler host, and what it declares) it imports
         forbidden("engine-reaches-plugins-through-the-registry", ENGINE,

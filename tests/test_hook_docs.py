@@ -24,7 +24,7 @@ def signature(name: str) -> str:
 
 
 def test_there_is_a_hook_per_kind_plus_lifecycle_and_cli():
-    assert len(HOOKS) == 17
+    assert len(HOOKS) == 18
 
 
 @pytest.mark.parametrize("hook", HOOKS)

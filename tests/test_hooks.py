@@ -11,6 +11,7 @@ from pyagent_core import (
     AttentionSpec,
     EvictionSpec,
     GrammarSpec,
+    MixerSpec,
     ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
@@ -24,6 +25,7 @@ from pyagent_core.registry import Registry
 
 RECORDS = {
     "pyagent_register_attention_backends": AttentionSpec(name="a", impl="m:A"),
+    "pyagent_register_mixers": MixerSpec(name="x", impl="m:X", families=("ssd",)),
     "pyagent_register_samplers": SamplerSpec(name="s", impl="m:S"),
     "pyagent_register_grammar_backends": GrammarSpec(name="g", impl="m:G"),
     "pyagent_register_proposers": ProposerSpec(name="p", impl="m:P"),

@@ -18,7 +18,7 @@ except SystemExit:
     pass
 from pyagent_core.registry import get_registry
 registry = get_registry()
-impls = {b.spec.impl.partition(":")[0] for k in ("attention", "sampler", "grammar", "proposer",
+impls = {b.spec.impl.partition(":")[0] for k in ("attention", "mixer", "sampler", "grammar", "proposer",
          "eviction", "scheduler", "model", "tool_parser", "reasoning_parser") for b in registry.backends(k)}
 sys.stderr.write("\\nPROBE" + json.dumps({
     "torch": "torch" in sys.modules,

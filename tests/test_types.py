@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from pyagent_core import GrammarSpec, ModelSpec, OptionSpec, SamplerSpec
+from pyagent_core import GrammarSpec, MixerSpec, ModelSpec, OptionSpec, SamplerSpec
 from pyagent_core.errors import SpecError, UnknownKindError
 from pyagent_core.kinds import KINDS, get_kind
 
@@ -51,7 +51,8 @@ def test_every_kind_has_a_record_and_hook():
 
 @pytest.mark.parametrize(("alias", "kind"), [("samplers", "sampler"), ("tool-parser", "tool_parser"),
                                              ("KVCACHE", "eviction"), ("spec_decode", "proposer"),
-                                             ("scheduling", "scheduler"), ("models", "model")])
+                                             ("scheduling", "scheduler"), ("models", "model"),
+                                             ("mixers", "mixer")])
 def test_kind_aliases(alias, kind):
     assert get_kind(alias).name == kind
 
@@ -68,3 +69,11 @@ def test_model_spec_names_an_architecture_and_says_what_it_serves():
     assert spec.architectures == ("Qwen2ForCausalLM",)
     assert spec.serves(hf=["Qwen2ForCausalLM"]) and spec.serves(gguf="qwen2")
     assert not spec.serves(hf=["LlamaForCausalLM"], gguf="llama")
+
+
+@pytest.mark.parametrize("families", [(), ("ssd", "linear_attention")])
+def test_mixer_spec_names_known_families(families):
+    with pytest.raises(SpecError, match=r"declares families .*; name at least one, each of: short_conv, ssd"):
+        MixerSpec(name="x", impl="a:B", families=families)
+    spec = MixerSpec(name="x", impl="a:B", families="ssd")
+    assert spec.families == ("ssd",) and spec.capabilities() == {"families": ("ssd",), "dtypes": ("float32",)}

@@ -112,6 +112,13 @@ class AttentionMetadata:
             draft-tree verification: ``tree_mask[t, j]`` says whether new token ``t`` may attend to
             the ``j``-th new token of its own sequence. Cached context (positions before the new
             tokens) is always visible; columns past the sequence's query length are ignored.
+        state_slots: ``None`` for a model without recurrent state, or ``int64 [num_seqs]``: the slot
+            of each sequence in every :class:`~pyagent_core.interfaces.cache.RecurrentState` tensor
+            (the same index in every state layer). A sequence whose context is empty
+            (``seq_lens[s] == query_len``) starts from a zero state whatever its slot holds; otherwise
+            its slot holds the state after its context. After the forward the slot holds the state
+            after all ``seq_lens[s]`` tokens; no other slot changes
+            (:mod:`pyagent_core.interfaces.mixer`).
     """
 
     block_tables: torch.Tensor
@@ -121,6 +128,7 @@ class AttentionMetadata:
     max_query_len: int
     max_seq_len: int
     tree_mask: torch.Tensor | None = None
+    state_slots: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -157,6 +165,10 @@ class AttentionMetadata:
             _expect(mask.dtype == torch.bool, f"metadata.tree_mask must be torch.bool, got {mask.dtype}")
             _expect(tuple(mask.shape) == (t, self.max_query_len),
                     f"metadata.tree_mask must have shape [{t}, {self.max_query_len}], got {list(mask.shape)}")
+        if self.state_slots is not None:
+            slots = self.state_slots
+            _expect(slots.dtype == torch.int64, f"metadata.state_slots must be torch.int64, got {slots.dtype}")
+            _expect(tuple(slots.shape) == (n,), f"metadata.state_slots must have shape [{n}], got {list(slots.shape)}")
 
 
 @attrs.frozen(kw_only=True)

@@ -13,11 +13,15 @@ subclass, which a host uses in two steps:
    :meth:`CausalLM.gguf_permuted_heads` says which matrices llama.cpp's converter permuted;
    :meth:`CausalLM.attention_context` builds the :class:`AttentionContext` the attention backend
    is constructed with, so an architecture sets its attention scale and any per-layer attention
-   settings the context carries.
+   settings the context carries; :meth:`CausalLM.cache_layout` says what each layer keeps between
+   steps (paged keys and values, a paged latent, or a recurrent state per sequence:
+   :mod:`pyagent_core.interfaces.cache`) and :meth:`CausalLM.mixer_families` which mixer families
+   (:mod:`pyagent_core.interfaces.mixer`) its forward calls.
 2. ``cls(options, context)`` with a :class:`ModelContext` (config, weights, dtype, device) builds
-   the forward; :meth:`CausalLM.forward` runs a flat batch of new tokens over the paged KV cache,
-   calling ``attention.forward(q, k, v, kv_caches[layer], metadata, layer)`` once per layer, and
-   returns float32 logits for the rows asked for.
+   the forward; :meth:`CausalLM.forward` runs a flat batch of new tokens over the caches the layout
+   declares, calling ``attention.forward(q, k, v, kv_caches[layer], metadata, layer)`` for each
+   attention layer and the mixer backend's families for the others, and returns float32 logits for
+   the rows asked for.
 
 A model may serve LoRA adapters (:mod:`pyagent_core.interfaces.lora`): :meth:`CausalLM.lora_targets`
 names the weights an adapter may adapt, :meth:`CausalLM.read_lora` reads a PEFT folder or a
@@ -44,6 +48,7 @@ import attrs
 
 from pyagent_core.errors import LoRAAdapterError, ModelFormatError
 from pyagent_core.interfaces.attention import AttentionContext
+from pyagent_core.interfaces.cache import CacheLayout, paged_layout
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
 
     from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
     from pyagent_core.interfaces.lora import LoRAAdapter, LoRASettings
+    from pyagent_core.interfaces.mixer import MixerBackend
 
 T = TypeVar("T", int, float, bool)
 
@@ -325,6 +331,36 @@ class CausalLM(ABC):
         return {}
 
     @classmethod
+    def gguf_restore(cls, config: ModelConfig, weights: dict[str, Any]) -> dict[str, Any]:
+        """The weights of a GGUF file under Hugging Face names and layout, from ``weights``: the file's
+        tensors renamed by :meth:`gguf_tensor_names` (rows restored, offsets subtracted).
+
+        llama.cpp's converter stores some weights otherwise than Hugging Face does: transformed
+        (Mamba's ``A_log`` as ``-exp(A_log)``), reshaped (a convolution's squeezed kernel), split (a
+        fused projection as two tensors) or stacked (a layer's experts as one 3-D tensor). An
+        architecture names such tensors in :meth:`gguf_tensor_names` by their GGUF name and turns them
+        into its Hugging Face weights here. The default returns ``weights`` unchanged.
+        """
+        return weights
+
+    @classmethod
+    def cache_layout(cls, config: ModelConfig) -> CacheLayout:
+        """What each layer keeps between steps (:mod:`pyagent_core.interfaces.cache`), in layer order.
+
+        The default: paged keys and values on every layer (``num_kv_heads``, ``head_dim``), each with
+        its sliding window from :meth:`attention_context`.
+        """
+        context = cls.attention_context(config, 1, "float32")
+        return paged_layout(config.num_layers, config.num_kv_heads, config.head_dim,
+                            [context.window(i) for i in range(config.num_layers)])
+
+    @classmethod
+    def mixer_families(cls, config: ModelConfig) -> tuple[str, ...]:
+        """The mixer families (:data:`~pyagent_core.interfaces.mixer.MIXER_FAMILIES`) :meth:`forward`
+        calls; the host passes a mixer backend implementing all of them. None by default."""
+        return ()
+
+    @classmethod
     def attention_context(cls, config: ModelConfig, block_size: int, dtype: str) -> AttentionContext:
         """The :class:`AttentionContext` the attention backend is built with for this model: its
         heads, scale (``head_dim ** -0.5`` by default) and any per-layer attention settings."""
@@ -377,12 +413,13 @@ class CausalLM(ABC):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        kv_caches: Sequence[torch.Tensor],
+        kv_caches: Sequence[torch.Tensor | tuple[torch.Tensor, ...]],
         metadata: AttentionMetadata,
         attention: AttentionBackend,
         logits_indices: torch.Tensor,
         threads: int | None = None,
         lora_slots: torch.Tensor | None = None,
+        mixer: MixerBackend | None = None,
     ) -> torch.Tensor:
         """Run the new tokens of a batch through the model; return float32 logits of chosen rows.
 
@@ -390,17 +427,24 @@ class CausalLM(ABC):
             input_ids: ``int64 [num_tokens]``, the new tokens of every sequence, concatenated.
             positions: ``int64 [num_tokens]``, each token's position in its sequence
                 (``< config.max_position_embeddings``).
-            kv_caches: one cache per layer, ``[2, num_blocks, block_size, num_kv_heads, head_dim]``.
-            metadata: where the tokens sit in the caches (shared by all layers).
+            kv_caches: one cache per layer as :meth:`cache_layout` declares it
+                (:meth:`~pyagent_core.interfaces.cache.LayerCache.allocate`): a paged tensor
+                ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` for attention layers (every
+                layer of an attention-only model), a latent tensor for MLA layers, a tuple of float32
+                state tensors ``[num_slots, ...]`` for recurrent layers.
+            metadata: where the tokens sit in the caches (shared by all layers); with recurrent
+                layers its ``state_slots`` gives each sequence's state slot.
             attention: the backend, built with :meth:`attention_context`; the forward calls
-                ``attention.forward(q, k, v, kv_caches[layer], metadata, layer)`` once per layer,
-                which writes the layer's new keys and values.
+                ``attention.forward(q, k, v, kv_caches[layer], metadata, layer)`` once per attention
+                layer, which writes the layer's new keys and values.
             logits_indices: ``int64 [n]``, the rows of the batch to compute logits for.
             threads: threads for the forward's kernels (default: torch's intra-op thread count).
             lora_slots: ``int32`` or ``int64 [num_tokens]``, the LoRA slot (:meth:`load_lora`) each
                 token row uses, -1 for the base model; ``None`` (the default) is all -1. A model that
                 serves no adapters accepts ``None`` and all -1 only; naming an empty slot or one
                 outside ``max_loras`` raises :class:`~pyagent_core.errors.LoRAAdapterError`.
+            mixer: the mixer backend, passed (by keyword) only to a model whose
+                :meth:`mixer_families` is not empty, implementing them all.
 
         Returns:
             ``float32 [n, vocab_size]`` logits. A sequence's rows must not depend on the other

@@ -31,7 +31,8 @@ from pyagent_core.version import compatible_requirement
 TEMPLATES = resources.files(__package__) / "templates"
 # What a kind's implementation needs beyond pyagent-core, with the lower bounds the repository tests from (grammar:
 # its token bitmasks are torch tensors; model: the shared decoder layers it is declared on).
-KIND_DEPENDENCIES = {"attention": ("torch>=2.13",), "grammar": ("torch>=2.13",), "sampler": ("torch>=2.13",),
+KIND_DEPENDENCIES = {"attention": ("torch>=2.13",), "grammar": ("torch>=2.13",), "mixer": ("torch>=2.13",),
+                     "sampler": ("torch>=2.13",),
                      "model": ("torch>=2.13", "gguf>=0.17", compatible_requirement("pyagent-model-base"))}
 
 

@@ -4,14 +4,15 @@ A plugin's tests subclass the kit for its kind and set ``impl`` (the implementat
 ``spec`` (the record its plugin registers); pytest then runs every check of the kit against the
 backend. Import a kit only from tests: ``from pyagent_core.testing.sampler import SamplerConformance``.
 
-The kits need pytest and hypothesis, pyagent-core's ``testing`` extra. The attention, sampler,
-model and grammar kits build tensors and also need torch (and the grammar kit lark, its reference
+The kits need pytest and hypothesis, pyagent-core's ``testing`` extra. The attention, mixer,
+sampler, model and grammar kits build tensors and also need torch (and the grammar kit lark, its reference
 parser): the ``testing-torch`` extra. The other kits import no torch, so a parser, scheduler,
 eviction or proposer plugin is tested without it. :data:`KIT_EXTRAS` says which extra each kind's kit needs.
 """
 
 KIT_EXTRAS = {
     "attention": "testing-torch",
+    "mixer": "testing-torch",
     "sampler": "testing-torch",
     "model": "testing-torch",
     "grammar": "testing-torch",

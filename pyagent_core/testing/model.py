@@ -4,22 +4,31 @@ A plugin's test sets ``impl``, ``spec`` and ``config_json`` (a tiny ``config.jso
 architecture: a few layers, a small hidden size). The kit builds the model on random weights of the
 shapes the class declares and checks the files' side (config round trip, missing keys named,
 GGUF names for every weight, missing weights named) and the forward's: float32 logits of the rows
-asked for, one attention call per layer in order, decode steps that give the prefill's logits,
-sequences batched in scattered blocks and prefilled in chunks that give their own logits, and
-bfloat16 close to float32. A test that overrides :meth:`ModelConformance.reference_logits` (with
-transformers' model of the same config and weights, say) is also compared against it.
+asked for, one attention call per attention layer in order, decode steps that give the prefill's
+logits, a prompt prefilled in several chunks then decoded, sequences batched in scattered blocks and
+state slots that give their own logits, and bfloat16 close to float32. The caches are those the
+class's :meth:`~pyagent_core.interfaces.model.CausalLM.cache_layout` declares (paged keys and values,
+latents, recurrent states); a model that names mixer families runs with the mixer kit's float64
+reference (:class:`~pyagent_core.testing.mixer.ReferenceMixer`). A test that overrides
+:meth:`ModelConformance.reference_logits` (with transformers' model of the same config and weights,
+say) is also compared against it.
 
 An architecture that serves LoRA adapters (non-empty ``lora_targets``) is also checked against the
 merged-weights oracle: rows of a slot holding an adapter give the logits of the model whose weights
 are ``W + scale * B A``, rows of other adapters and of the base model in the same batch give their
 own, and misuse (an empty slot, a rank above ``max_lora_rank``, LoRA not enabled) raises
-:class:`~pyagent_core.errors.LoRAAdapterError`.
+:class:`~pyagent_core.errors.LoRAAdapterError`. One that serves none (empty ``lora_targets``: those
+checks skip, saying so) must run ``lora_slots`` of all -1 as its base model and refuse rows naming a
+slot, and ``enable_lora``, with :class:`~pyagent_core.errors.LoRAAdapterError`.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -27,14 +36,23 @@ import torch
 
 from pyagent_core.errors import LoRAAdapterError, ModelFormatError
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
+from pyagent_core.interfaces.cache import PagedKV
 from pyagent_core.interfaces.lora import LoRAAdapter, LoRASettings, LoRAWeight
+from pyagent_core.interfaces.mixer import MixerBackend, MixerContext
 from pyagent_core.interfaces.model import COMMON_CONFIG_KEYS, REQUIRED, CausalLM, ModelConfig, ModelContext
 from pyagent_core.testing.base import BackendConformance
+from pyagent_core.testing.mixer import ReferenceMixer
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_core.types import ModelSpec
 
 #: The file name the kit's configs are read from, as messages show it.
 KIT_CONFIG = "kit/config.json"
+
+#: The checks a config variant of an architecture the kit already passes needs (its reading, its GGUF
+#: names, its decode steps and its agreement with the reference): run them on a subclass that sets the
+#: variant's ``config_json``, e.g. ``getattr(Variant(), check)()`` for each.
+VARIANT_CHECKS = ("test_hf_config_round_trips", "test_gguf_names_cover_every_weight_once",
+                  "test_decode_steps_give_the_prefill_logits", "test_matches_the_reference_implementation")
 
 
 def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int = 0) -> dict[str, torch.Tensor]:
@@ -77,19 +95,21 @@ def merged_weights(weights: Mapping[str, torch.Tensor], adapter: LoRAAdapter) ->
 
 
 def metadata(tables: Sequence[Sequence[int]], starts: Sequence[int], counts: Sequence[int],
-             block_size: int) -> AttentionMetadata:
-    """Metadata for sequences with block tables ``tables`` getting ``counts`` new tokens after ``starts``."""
-    slots = [tables[s][p // block_size] * block_size + p % block_size
-             for s in range(len(tables)) for p in range(starts[s], starts[s] + counts[s])]
+             block_size: int, slots: Sequence[int] | None = None) -> AttentionMetadata:
+    """Metadata for sequences with block tables ``tables`` getting ``counts`` new tokens after ``starts``
+    (``slots``: their state slots, for models with recurrent layers)."""
+    slot_mapping = [tables[s][p // block_size] * block_size + p % block_size
+                    for s in range(len(tables)) for p in range(starts[s], starts[s] + counts[s])]
     seq_lens = [start + count for start, count in zip(starts, counts, strict=True)]
     width = max(len(table) for table in tables)
     return AttentionMetadata(
         block_tables=torch.tensor([[*t, *[0] * (width - len(t))] for t in tables], dtype=torch.int32),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
         query_start_loc=torch.tensor([0, *torch.tensor(list(counts)).cumsum(0).tolist()], dtype=torch.int32),
         max_query_len=max(counts),
         max_seq_len=max(seq_lens),
+        state_slots=None if slots is None else torch.tensor(list(slots), dtype=torch.int64),
     )
 
 
@@ -116,6 +136,9 @@ class ModelConformance(BackendConformance):
         reference_atol: the largest difference allowed between the model's float32 logits and
             :meth:`reference_logits`.
         prompt_length: tokens of the kit's prompts.
+        bfloat16_overrides: ``config.json`` values the bfloat16 check runs with (a mixture of experts
+            choosing all its experts, so that rounding cannot flip a routing decision).
+        required_keys: the ``config.json`` keys whose absence must be named.
     """
 
     kind = "model"
@@ -125,6 +148,9 @@ class ModelConformance(BackendConformance):
     block_size: ClassVar[int] = 4
     reference_atol: ClassVar[float] = 1e-4
     prompt_length: ClassVar[int] = 11
+    bfloat16_overrides: ClassVar[Mapping[str, Any]] = {}
+    required_keys: ClassVar[tuple[str, ...]] = tuple(key.hf_key for key in COMMON_CONFIG_KEYS
+                                                     if key.default is REQUIRED)
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -136,9 +162,11 @@ class ModelConformance(BackendConformance):
         """Random float32 weights of the shapes the class declares (:func:`random_weights`)."""
         return random_weights(self.impl.weight_shapes(config), seed)
 
-    def make_model(self, dtype: str = "float32", weights: Mapping[str, Any] | None = None) -> CausalLM:
-        """The model on :meth:`make_weights` (or ``weights``) in ``dtype``."""
-        config = self.make_config()
+    def make_model(self, dtype: str = "float32", weights: Mapping[str, Any] | None = None,
+                   data: Mapping[str, Any] | None = None) -> CausalLM:
+        """The model of ``data`` (default: :attr:`config_json`) on :meth:`make_weights` (or ``weights``), in
+        ``dtype``."""
+        config = self.make_config(data)
         weights = self.make_weights(config) if weights is None else weights
         model = self.impl(self.make_options(), ModelContext(config=config, weights=weights, dtype=dtype))
         assert isinstance(model, CausalLM)
@@ -150,24 +178,40 @@ class ModelConformance(BackendConformance):
             {}, self.impl.attention_context(model.config, self.block_size, dtype))
         return backend
 
-    def make_caches(self, config: ModelConfig, num_blocks: int, dtype: str = "float32") -> list[torch.Tensor]:
-        """One zeroed paged cache per layer."""
-        shape = (2, num_blocks, self.block_size, config.num_kv_heads, config.head_dim)
-        return [torch.zeros(shape, dtype=getattr(torch, dtype)) for _ in range(config.num_layers)]
+    def make_mixer(self, model: CausalLM) -> MixerBackend | None:
+        """The mixer kit's reference backend when the class names mixer families, else ``None``."""
+        if not self.impl.mixer_families(model.config):
+            return None
+        return ReferenceMixer({}, MixerContext(dtype=model.context.dtype, block_size=self.block_size))
+
+    def make_caches(self, config: ModelConfig, num_blocks: int, dtype: str = "float32",
+                    num_slots: int = 4) -> list[Any]:
+        """Every layer's zeroed cache as the class's :meth:`~CausalLM.cache_layout` declares it."""
+        return self.impl.cache_layout(config).allocate(num_blocks, self.block_size, num_slots, getattr(torch, dtype))
 
     def prompt(self, config: ModelConfig, seed: int = 0, length: int | None = None) -> list[int]:
         """Random token ids."""
         generator = torch.Generator().manual_seed(seed)
         return torch.randint(config.vocab_size, (length or self.prompt_length,), generator=generator).tolist()
 
+    def run(self, model: CausalLM, ids: Sequence[int], positions: torch.Tensor, caches: Sequence[Any],
+            md: AttentionMetadata, rows: torch.Tensor, attention: AttentionBackend | None = None,
+            mixer: MixerBackend | None = None, lora_slots: torch.Tensor | None = None) -> torch.Tensor:
+        """``model.forward`` on the kit's backends (the mixer passed only to a model that names families,
+        ``lora_slots`` only when given)."""
+        attention = attention or self.make_attention(model, model.context.dtype)
+        extra: dict[str, Any] = {} if lora_slots is None else {"lora_slots": lora_slots}
+        if self.impl.mixer_families(model.config):
+            extra["mixer"] = mixer or self.make_mixer(model)
+        return model.forward(torch.tensor(list(ids)), positions, caches, md, attention, rows, **extra)
+
     def prefill(self, model: CausalLM, ids: Sequence[int], attention: AttentionBackend | None = None,
                 dtype: str = "float32") -> torch.Tensor:
-        """Logits of every position of ``ids``, prefilled as one sequence in blocks ``0, 1, ...``."""
+        """Logits of every position of ``ids``, prefilled as one sequence in blocks ``0, 1, ...``, slot 1."""
         blocks = -(-len(ids) // self.block_size)
-        attention = attention or self.make_attention(model, dtype)
-        return model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks, dtype),
-                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size), attention,
-                             torch.arange(len(ids)))
+        return self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks, dtype),
+                        metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                        torch.arange(len(ids)), attention)
 
     def reference_logits(self, config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
                          ids: Sequence[int]) -> torch.Tensor | None:
@@ -189,17 +233,24 @@ class ModelConformance(BackendConformance):
         assert self.make_config(self.impl.hf_config(config)) == config
 
     def test_missing_required_keys_are_named(self) -> None:
-        required = [key.hf_key for key in COMMON_CONFIG_KEYS if key.default is REQUIRED]
-        for key in required:
+        for key in self.required_keys:
             data = {k: v for k, v in self.config_json.items() if k != key}
             with pytest.raises(ModelFormatError, match=f"{KIT_CONFIG} lacks the required key '{key}'"):
                 self.make_config(data)
 
     def test_gguf_names_cover_every_weight_once(self) -> None:
+        """Every weight has one GGUF name; or, for a class that restores converted tensors in
+        :meth:`~CausalLM.gguf_restore`, the tensors it stages stay under their GGUF names (mapped to
+        themselves) and the others map to distinct weights."""
         config = self.make_config()
         shapes, names = self.impl.weight_shapes(config), self.impl.gguf_tensor_names(config)
-        assert sorted(names.values()) == sorted(shapes), "every weight needs exactly one GGUF tensor name"
         assert set(self.impl.gguf_permuted_heads(config)) <= set(shapes)
+        if self.impl.gguf_restore.__func__ is CausalLM.gguf_restore.__func__:  # type: ignore[attr-defined]
+            assert sorted(names.values()) == sorted(shapes), "every weight needs exactly one GGUF tensor name"
+            return
+        renamed = [hf for gguf_name, hf in names.items() if hf != gguf_name]
+        assert len(renamed) == len(set(renamed)) and set(renamed) <= set(shapes), (
+            "GGUF names map to distinct weights of weight_shapes, or to themselves (staged for gguf_restore)")
 
     def test_missing_and_misshapen_weights_are_named(self) -> None:
         config = self.make_config()
@@ -220,28 +271,49 @@ class ModelConformance(BackendConformance):
         all_rows = self.prefill(model, ids, recording)
         assert all_rows.dtype == torch.float32 and all_rows.shape == (len(ids), model.config.vocab_size)
         assert torch.isfinite(all_rows).all()
-        assert recording.layers == list(range(model.config.num_layers))
+        layout = self.impl.cache_layout(model.config)
+        assert len(layout.layers) == model.config.num_layers, "cache_layout declares one record per layer"
+        assert recording.layers == [i for i, cache in enumerate(layout.layers) if isinstance(cache, PagedKV)], (
+            "attention is called once per layer that keeps paged keys and values, in order")
         blocks = -(-len(ids) // self.block_size)
-        some = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
-                             metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                             self.make_attention(model), torch.tensor([len(ids) - 1, 2]))
+        some = self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                        metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [2]),
+                        torch.tensor([len(ids) - 1, 2]))
         torch.testing.assert_close(some, all_rows[[len(ids) - 1, 2]], atol=1e-5, rtol=0)
 
     def test_decode_steps_give_the_prefill_logits(self) -> None:
         model = self.make_model()
         ids = self.prompt(model.config)
         whole = self.prefill(model, ids)
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         blocks = -(-len(ids) // self.block_size)
         caches = self.make_caches(model.config, blocks)
         table = [list(range(blocks))]
         start = 3
-        rows = [model.forward(torch.tensor(ids[:start]), torch.arange(start), caches,
-                              metadata(table, [0], [start], self.block_size), attention, torch.arange(start))]
+        rows = [self.run(model, ids[:start], torch.arange(start), caches,
+                         metadata(table, [0], [start], self.block_size, [3]), torch.arange(start), attention, mixer)]
         for position in range(start, len(ids)):
-            rows.append(model.forward(torch.tensor(ids[position:position + 1]), torch.tensor([position]), caches,
-                                      metadata(table, [position], [1], self.block_size), attention,
-                                      torch.tensor([0])))
+            rows.append(self.run(model, ids[position:position + 1], torch.tensor([position]), caches,
+                                 metadata(table, [position], [1], self.block_size, [3]), torch.tensor([0]),
+                                 attention, mixer))
+        torch.testing.assert_close(torch.cat(rows), whole, atol=1e-4, rtol=0)
+
+    def test_a_prompt_in_chunks_then_decode_steps_gives_one_prefills_logits(self) -> None:
+        """A prompt of three times the kit's length, prefilled in chunks of 5, 1, 9 and the rest, then
+        four decode steps: every row equals the one-call prefill's."""
+        model = self.make_model()
+        ids = self.prompt(model.config, 4, 3 * self.prompt_length + 4)
+        whole = self.prefill(model, ids)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
+        blocks = -(-len(ids) // self.block_size)
+        caches = self.make_caches(model.config, blocks + 3)
+        table = [list(range(blocks + 2, 1, -1))]  # blocks in reverse order
+        done, rows = 0, []
+        for count in (5, 1, 9, len(ids) - 4 - 15, 1, 1, 1, 1):
+            rows.append(self.run(model, ids[done:done + count], torch.arange(done, done + count), caches,
+                                 metadata(table, [done], [count], self.block_size, [0]), torch.arange(count),
+                                 attention, mixer))
+            done += count
         torch.testing.assert_close(torch.cat(rows), whole, atol=1e-4, rtol=0)
 
     def test_batched_and_chunked_sequences_give_their_own_logits(self) -> None:
@@ -250,20 +322,48 @@ class ModelConformance(BackendConformance):
         bs, cut = self.block_size, len(a) // 2
         count = -(-max(len(a), len(b)) // bs)
         tables = [list(range(2 * count - 1, -1, -2)), list(range(0, 2 * count, 2))]  # interleaved, one reversed
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         caches = self.make_caches(model.config, 2 * count)
-        model.forward(torch.tensor(a[:cut]), torch.arange(cut), caches, metadata(tables[:1], [0], [cut], bs),
-                      attention, torch.tensor([cut - 1]))
+        self.run(model, a[:cut], torch.arange(cut), caches, metadata(tables[:1], [0], [cut], bs, [2]),
+                 torch.tensor([cut - 1]), attention, mixer)
         rest = len(a) - cut
-        logits = model.forward(torch.tensor(a[cut:] + b), torch.cat([torch.arange(cut, len(a)), torch.arange(len(b))]),
-                               caches, metadata(tables, [cut, 0], [rest, len(b)], bs), attention,
-                               torch.tensor([rest - 1, rest + len(b) - 1]))
+        logits = self.run(model, a[cut:] + b, torch.cat([torch.arange(cut, len(a)), torch.arange(len(b))]), caches,
+                          metadata(tables, [cut, 0], [rest, len(b)], bs, [2, 0]),
+                          torch.tensor([rest - 1, rest + len(b) - 1]), attention, mixer)
         for row, ids in enumerate((a, b)):
             torch.testing.assert_close(logits[row], self.prefill(model, ids)[-1], atol=1e-4, rtol=0)
 
+    def test_a_sequence_gives_its_logits_in_any_batch(self) -> None:
+        """A decode step gives the same logits alone and batched between another sequence's prefill and a
+        third one's decode step, in other slots (within 1e-5)."""
+        model = self.make_model()
+        a, b, c = (self.prompt(model.config, seed) for seed in (5, 6, 7))
+        bs = self.block_size
+        per = -(-len(a) // bs)
+        tables = [list(range(i * per, (i + 1) * per)) for i in range(3)]
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
+        rows: dict[bool, torch.Tensor] = {}
+        for batched in (False, True):
+            caches = self.make_caches(model.config, 3 * per)
+            for s, ids in ((0, a), (2, c)):
+                self.run(model, ids[:-1], torch.arange(len(ids) - 1), caches,
+                         metadata([tables[s]], [0], [len(ids) - 1], bs, [s]), torch.tensor([0]), attention, mixer)
+            if batched:
+                rows[batched] = self.run(
+                    model, b + a[-1:] + c[-1:],
+                    torch.cat([torch.arange(len(b)), torch.tensor([len(a) - 1, len(c) - 1])]),
+                    caches, metadata([tables[1], tables[0], tables[2]], [0, len(a) - 1, len(c) - 1], [len(b), 1, 1], bs,
+                                     [1, 0, 2]), torch.tensor([len(b)]), attention, mixer)
+            else:
+                rows[batched] = self.run(model, a[-1:], torch.tensor([len(a) - 1]), caches,
+                                         metadata([tables[0]], [len(a) - 1], [1], bs, [0]), torch.tensor([0]),
+                                         attention, mixer)
+        torch.testing.assert_close(rows[True], rows[False], atol=1e-5, rtol=0)
+
     def test_bfloat16_runs_close_to_float32(self) -> None:
-        weights = self.make_weights(self.make_config())
-        full, half = self.make_model("float32", weights), self.make_model("bfloat16", weights)
+        data = {**self.config_json, **self.bfloat16_overrides}
+        weights = self.make_weights(self.make_config(data))
+        full, half = self.make_model("float32", weights, data), self.make_model("bfloat16", weights, data)
         ids = self.prompt(full.config)
         ours, theirs = self.prefill(half, ids, dtype="bfloat16"), self.prefill(full, ids)
         assert ours.dtype == torch.float32
@@ -295,10 +395,9 @@ class ModelConformance(BackendConformance):
         blocks = -(-len(ids) // self.block_size)
         base = self.prefill(model, ids)
         for slot, adapter in ((0, adapters[0]), (2, adapters[1])):
-            ours = model.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(model.config, blocks),
-                                 metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                                 self.make_attention(model), torch.arange(len(ids)),
-                                 lora_slots=torch.full((len(ids),), slot))
+            ours = self.run(model, ids, torch.arange(len(ids)), self.make_caches(model.config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
             merged = self.prefill(self.make_model(weights=merged_weights(weights, adapter)), ids)
             assert (merged - base).abs().max().item() > 1e-2, "the adapter must change the logits"
             torch.testing.assert_close(ours, merged, atol=1e-4, rtol=0)
@@ -313,34 +412,35 @@ class ModelConformance(BackendConformance):
         slots = [0, -1, 2]
         count = -(-(length + 2) // bs)
         tables = [list(range(i * count, (i + 1) * count)) for i in range(3)]
-        attention = self.make_attention(model)
+        attention, mixer = self.make_attention(model), self.make_mixer(model)
         caches = self.make_caches(model.config, 3 * count)
-        ids = torch.tensor([token for prompt in prompts for token in prompt])
+        ids = [token for prompt in prompts for token in prompt]
         row_slots = torch.tensor([slot for slot in slots for _ in range(length)])
         last = torch.tensor([length - 1, 2 * length - 1, 3 * length - 1])
-        batched = [model.forward(ids, torch.arange(length).repeat(3), caches,
-                                 metadata(tables, [0, 0, 0], [length] * 3, bs), attention, last, lora_slots=row_slots)]
+        batched = [self.run(model, ids, torch.arange(length).repeat(3), caches,
+                            metadata(tables, [0, 0, 0], [length] * 3, bs, [0, 1, 2]), last, attention, mixer,
+                            row_slots)]
         steps = [[prompt[0] for prompt in prompts], [prompt[1] for prompt in prompts]]
         for step, tokens in enumerate(steps):
-            batched.append(model.forward(torch.tensor(tokens), torch.full((3,), length + step), caches,
-                                         metadata(tables, [length + step] * 3, [1, 1, 1], bs), attention,
-                                         torch.arange(3), lora_slots=torch.tensor(slots)))
+            batched.append(self.run(model, tokens, torch.full((3,), length + step), caches,
+                                    metadata(tables, [length + step] * 3, [1, 1, 1], bs, [0, 1, 2]), torch.arange(3),
+                                    attention, mixer, torch.tensor(slots)))
         for row, (prompt, slot) in enumerate(zip(prompts, slots, strict=True)):
             single_caches = self.make_caches(model.config, count)
             table = [list(range(count))]
-            single = [model.forward(torch.tensor(prompt), torch.arange(length), single_caches,
-                                    metadata(table, [0], [length], bs), attention, torch.tensor([length - 1]),
-                                    lora_slots=torch.full((length,), slot))]
+            single = [self.run(model, prompt, torch.arange(length), single_caches,
+                               metadata(table, [0], [length], bs, [0]), torch.tensor([length - 1]), attention, mixer,
+                               torch.full((length,), slot))]
             for step, tokens in enumerate(steps):
-                single.append(model.forward(torch.tensor(tokens[row : row + 1]), torch.tensor([length + step]),
-                                            single_caches, metadata(table, [length + step], [1], bs), attention,
-                                            torch.tensor([0]), lora_slots=torch.tensor([slot])))
+                single.append(self.run(model, tokens[row : row + 1], torch.tensor([length + step]), single_caches,
+                                       metadata(table, [length + step], [1], bs, [0]), torch.tensor([0]),
+                                       attention, mixer, torch.tensor([slot])))
             for got, alone in zip(batched, single, strict=True):
                 torch.testing.assert_close(got[row : row + 1], alone, atol=1e-4, rtol=0)
         base = self.prefill(model, prompts[1])
-        all_base = model.forward(torch.tensor(prompts[1]), torch.arange(length), self.make_caches(model.config, count),
-                                 metadata([list(range(count))], [0], [length], bs), self.make_attention(model),
-                                 torch.arange(length), lora_slots=torch.full((length,), -1))
+        all_base = self.run(model, prompts[1], torch.arange(length), self.make_caches(model.config, count),
+                            metadata([list(range(count))], [0], [length], bs, [1]), torch.arange(length),
+                            lora_slots=torch.full((length,), -1))
         assert torch.equal(all_base, base)
 
     def test_lora_misuse_is_refused(self) -> None:
@@ -350,10 +450,9 @@ class ModelConformance(BackendConformance):
         blocks = -(-len(ids) // self.block_size)
 
         def run(slot: int, target: CausalLM = model) -> torch.Tensor:
-            return target.forward(torch.tensor(ids), torch.arange(len(ids)), self.make_caches(target.config, blocks),
-                                  metadata([list(range(blocks))], [0], [len(ids)], self.block_size),
-                                  self.make_attention(target), torch.arange(len(ids)),
-                                  lora_slots=torch.full((len(ids),), slot))
+            return self.run(target, ids, torch.arange(len(ids)), self.make_caches(target.config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
 
         with pytest.raises(LoRAAdapterError, match="slot 1, which holds no adapter"):
             run(1)
@@ -368,6 +467,27 @@ class ModelConformance(BackendConformance):
             model.load_lora(3, adapters[0])
         with pytest.raises(LoRAAdapterError, match="not enabled"):
             run(0, self.make_model(weights=weights))
+
+    def test_a_model_without_adapters_refuses_them(self) -> None:
+        """An architecture with no ``lora_targets`` runs ``lora_slots`` of all -1 as the base model (bit for
+        bit) and refuses rows naming a slot, and ``enable_lora``, with ``LoRAAdapterError``."""
+        config = self.make_config()
+        if self.impl.lora_targets(config):
+            pytest.skip(f"{self.impl.__name__} serves LoRA adapters (the kit's other LoRA checks run)")
+        model = self.make_model()
+        ids = self.prompt(config)
+        blocks = -(-len(ids) // self.block_size)
+
+        def run(slot: int) -> torch.Tensor:
+            return self.run(model, ids, torch.arange(len(ids)), self.make_caches(config, blocks),
+                            metadata([list(range(blocks))], [0], [len(ids)], self.block_size, [1]),
+                            torch.arange(len(ids)), lora_slots=torch.full((len(ids),), slot))
+
+        assert torch.equal(run(-1), self.prefill(model, ids))
+        with pytest.raises(LoRAAdapterError):
+            run(0)
+        with pytest.raises(LoRAAdapterError):
+            model.enable_lora(LoRASettings(max_loras=1, max_lora_rank=8))
 
     def test_matches_the_reference_implementation(self) -> None:
         config = self.make_config()
@@ -400,4 +520,27 @@ def transformers_logits(config_json: Mapping[str, Any], weights: Mapping[str, to
         f"the weights lack transformers' parameters {missing}")
     with torch.no_grad():
         logits: torch.Tensor = model(torch.tensor([list(ids)])).logits[0].float()
+    return logits
+
+
+def transformers_checkpoint_logits(config_json: Mapping[str, Any], weights: Mapping[str, torch.Tensor],
+                                   ids: Sequence[int]) -> torch.Tensor:
+    """:func:`transformers_logits` through a checkpoint folder: ``weights`` saved under their names
+    with ``config_json`` and read back by ``from_pretrained``, which converts a checkpoint's layout to
+    the model's (transformers 5 stacks per-expert matrices into 3-D parameters, for one). Every
+    weight must be read and every parameter come from a weight, except a head tied to the embedding."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import save_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        data = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None, **config_json}
+        (Path(folder) / "config.json").write_text(json.dumps(data))
+        save_file({name: tensor.contiguous() for name, tensor in weights.items()},
+                  str(Path(folder) / "model.safetensors"))
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                                        output_loading_info=True)
+    assert not info["unexpected_keys"], f"transformers' model has no parameters {info['unexpected_keys']}"
+    assert set(info["missing_keys"]) <= {"lm_head.weight"}, f"the weights lack {info['missing_keys']}"
+    with torch.no_grad():
+        logits: torch.Tensor = model.eval()(torch.tensor([list(ids)])).logits[0].float()
     return logits

@@ -64,6 +64,14 @@ class ScaledLogits(Declared):
         return super().forward(*args, **kwargs) * 1.01
 
 
+class BatchDependent(Declared):
+    """Broken: its logits move with the number of sequences in the batch."""
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None):
+        logits = super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
+        return logits * (1 + 1e-3 * metadata.num_seqs)
+
+
 class IgnoresAdapters(Declared):
     """Broken: runs every row on the base model whatever its LoRA slot."""
 
@@ -81,6 +89,19 @@ class OneAdapterPerStep(Declared):
             lora_slots = torch.full_like(lora_slots, int(lora_slots[0]))
         return super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads,
                                lora_slots)
+
+
+class ServesNoneIgnoresSlots(Declared):
+    """Broken: declares no LoRA targets, yet runs rows naming a slot as the base model instead of refusing
+    them."""
+
+    @classmethod
+    def lora_targets(cls, config: ModelConfig) -> dict[str, tuple[int, int]]:
+        return {}
+
+    def forward(self, input_ids, positions, kv_caches, metadata, attention, logits_indices, threads=None,
+                lora_slots=None):
+        return super().forward(input_ids, positions, kv_caches, metadata, attention, logits_indices, threads)
 
 
 class ForgetsAKey(Declared):
@@ -101,13 +122,20 @@ def _kit(impl: type) -> ModelConformance:
     (SkipsLastLayer, "test_forward_gives_float32_logits_of_the_asked_rows_and_attends_once_per_layer"),
     (LosesAGgufName, "test_gguf_names_cover_every_weight_once"),
     (ScaledLogits, "test_matches_the_reference_implementation"),
+    (ForgetsTheCache, "test_a_prompt_in_chunks_then_decode_steps_gives_one_prefills_logits"),
+    (BatchDependent, "test_a_sequence_gives_its_logits_in_any_batch"),
     (IgnoresAdapters, "test_lora_rows_give_the_merged_weights_logits"),
     (OneAdapterPerStep, "test_a_mixed_lora_batch_gives_each_row_its_own_logits"),
 ], ids=["ignores-positions", "forgets-the-cache", "skips-last-layer", "loses-a-gguf-name", "scaled-logits",
-        "ignores-adapters", "one-adapter-per-step"])
+        "forgets-earlier-chunks", "batch-dependent", "ignores-adapters", "one-adapter-per-step"])
 def test_kit_catches_broken_architecture(impl: type, check: str) -> None:
     with pytest.raises(AssertionError):
         getattr(_kit(impl), check)()
+
+
+def test_kit_catches_a_model_without_adapters_that_ignores_lora_slots() -> None:
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        _kit(ServesNoneIgnoresSlots).test_a_model_without_adapters_refuses_them()
 
 
 def test_kit_catches_a_config_that_does_not_round_trip() -> None:

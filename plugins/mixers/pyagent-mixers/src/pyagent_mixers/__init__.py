@@ -1,0 +1,1 @@
+"""Mixer backends for pyagent: ``torch`` (the reference) and ``kernels`` (C decode steps)."""

@@ -1,0 +1,1 @@
+"""The DeepSeek-V3 architecture for pyagent."""

@@ -1,0 +1,1 @@
+"""The IBM Granite 4 hybrid architecture for pyagent."""

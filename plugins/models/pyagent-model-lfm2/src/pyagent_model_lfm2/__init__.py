@@ -1,0 +1,1 @@
+"""The LFM2 architecture for pyagent."""

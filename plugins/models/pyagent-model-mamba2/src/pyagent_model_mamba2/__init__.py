@@ -1,0 +1,1 @@
+"""The Mamba2 architecture for pyagent."""
