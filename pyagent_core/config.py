@@ -9,6 +9,9 @@ backend holding its options::
     [attention.paged]
     threads = 2
 
+and one more table, ``[engine]``, of settings the host engine reads (plain values: the reference engine
+reads ``precision``), which :meth:`Settings.engine_setting` looks up.
+
 The project file is the nearest ``pyagent.toml`` in the working directory or its parents. The user
 file is ``$PYAGENT_USER_CONFIG``, else ``$XDG_CONFIG_HOME/pyagent/config.toml``, else
 ``~/.config/pyagent/config.toml``.
@@ -30,6 +33,8 @@ from pyagent_core.kinds import KINDS
 
 PROJECT_FILE = "pyagent.toml"
 BACKEND_KEY = "backend"
+#: The table of settings the host engine reads (not a component kind).
+ENGINE_TABLE = "engine"
 
 
 def find_project_file(start: Path) -> Path | None:
@@ -83,15 +88,26 @@ class ConfigFile:
         """The option table ``[kind.name]`` of this file (empty when absent)."""
         return dict(self.data.get(kind, {}).get(name, {}))
 
+    def engine_setting(self, key: str) -> Any:
+        """The value of ``key`` in this file's ``[engine]`` table, or ``None``."""
+        return self.data.get(ENGINE_TABLE, {}).get(key)
+
 
 def _check_shape(path: Path, data: Mapping[str, Any]) -> None:
     for kind, table in data.items():
-        if kind not in KINDS:
+        if kind not in KINDS and kind != ENGINE_TABLE:
             raise ConfigError(
-                f"{path}: unknown table [{kind}]; tables are component kinds: {', '.join(KINDS)}"
+                f"{path}: unknown table [{kind}]; tables are component kinds ({', '.join(KINDS)}) and "
+                f"[{ENGINE_TABLE}]"
             )
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{kind}] must be a table, got {table!r}")
+        if kind == ENGINE_TABLE:
+            for key, value in table.items():
+                if not isinstance(value, str | int | float | bool):
+                    raise ConfigError(f"{path}: {ENGINE_TABLE}.{key} = {value!r} must be a string, number or "
+                                      "boolean")
+            continue
         for key, value in table.items():
             if key == BACKEND_KEY:
                 if not isinstance(value, str):
@@ -147,6 +163,18 @@ class Settings:
             name = file.backend(kind)
             if name:
                 return name, file.source
+        return None
+
+    def engine_setting(self, key: str, env_var: str) -> tuple[Any, str] | None:
+        """``(value, source)`` of the engine setting ``key`` from the environment variable ``env_var``
+        (a string) or the files' ``[engine]`` tables, highest precedence first; ``None`` when unset.
+        The engine validates the value (and names the source in its error)."""
+        if self.environ.get(env_var, "").strip():
+            return self.environ[env_var].strip(), f"environment {env_var}"
+        for file in self.files():
+            value = file.engine_setting(key)
+            if value is not None:
+                return value, file.source
         return None
 
     def option_layers(self, kind: str, name: str) -> list[tuple[dict[str, Any], str]]:

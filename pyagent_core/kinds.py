@@ -93,7 +93,8 @@ EVICTION = Kind("eviction", "KV-cache eviction policy", "pyagent_register_evicti
 SCHEDULER = Kind("scheduler", "scheduling policy", "pyagent_register_schedulers", SchedulerSpec,
                  "plugins/schedulers", "pyagent_core.interfaces.scheduler:SchedulingPolicy")
 MODEL = Kind("model", "model architecture", "pyagent_register_models", ModelSpec,
-             "plugins/models", "pyagent_core.interfaces.model:CausalLM")
+             "plugins/models", "pyagent_core.interfaces.model:CausalLM", default_by_priority=False,
+             no_default="the model file's architecture chooses it")
 _PARSER_DEFAULT = "none unless one is selected (`pyagent serve` detects one from the model's chat template)"
 TOOL_PARSER = Kind("tool_parser", "tool-call parser", "pyagent_register_tool_parsers", ToolParserSpec,
                    "plugins/tool_parsers", "pyagent_core.interfaces.tool_parser:ToolParser",

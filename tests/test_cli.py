@@ -31,6 +31,8 @@ def test_list_json_has_every_kind_and_the_reference_samplers(cli, isolated):
     assert {samplers[n]["dist"] for n in REFERENCE_SAMPLERS} == {"pyagent-samplers-reference"}
     for parsers in ("tool_parser", "reasoning_parser"):  # no default: the server uses none unless one is chosen
         assert len(data["kinds"][parsers]) > 1 and not any(r["default"] for r in data["kinds"][parsers])
+    # nor do models (all at priority 0): the model file's architecture picks one, not the alphabet
+    assert len(data["kinds"]["model"]) > 1 and not any(r["default"] for r in data["kinds"]["model"])
 
 
 def test_config_reports_parsers_as_none_until_one_is_selected(cli, isolated):

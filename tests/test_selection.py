@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyagent_core.config import write_selection
+from pyagent_core.config import Settings, write_selection
 from pyagent_core.errors import ConfigError, OptionError, UnknownBackendError
 
 PLUGIN = """
@@ -139,6 +139,27 @@ def test_an_unknown_backend_from_a_file_or_the_environment_names_where_it_came_f
     expected = f"project file {attn['project']}" if where == "project" else "environment PYAGENT_ATTENTION"
     assert "no attention backend named 'nope'; choose one of: " in str(info.value)
     assert f"(the {expected} selects it; change it there, or run `pyagent use attention NAME`)" in str(info.value)
+
+
+def test_engine_settings_come_from_the_environment_then_the_project_then_the_user_file(attn):
+    attn["project"].write_text('[engine]\nprecision = "exact"\n')
+    attn["user"].parent.mkdir()
+    attn["user"].write_text('[engine]\nprecision = "int8"\nthreads = 3\n')
+    environ = {"PYAGENT_USER_CONFIG": str(attn["user"])}
+    settings = Settings.load(environ, cwd=attn["cwd"])
+    assert settings.engine_setting("precision", "PYAGENT_PRECISION") == ("exact", f"project file {attn['project']}")
+    assert settings.engine_setting("threads", "PYAGENT_THREADS") == (3, f"user file {attn['user']}")
+    assert settings.engine_setting("missing", "PYAGENT_MISSING") is None
+    chosen = Settings.load({**environ, "PYAGENT_PRECISION": " int8 "}, cwd=attn["cwd"])
+    assert chosen.engine_setting("precision", "PYAGENT_PRECISION") == ("int8", "environment PYAGENT_PRECISION")
+    write_selection(attn["project"], "attention", "mid", {})  # other tables are kept beside [engine]
+    assert 'precision = "exact"' in attn["project"].read_text()
+
+
+def test_engine_settings_are_plain_values(attn):
+    attn["project"].write_text('[engine]\nprecision = ["int8"]\n')
+    with pytest.raises(ConfigError, match=r"engine.precision = \['int8'\] must be a string, number or boolean"):
+        Settings.load({}, cwd=attn["cwd"])
 
 
 PARSERS = """

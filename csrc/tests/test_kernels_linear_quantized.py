@@ -1,4 +1,4 @@
-"""linear with block-quantized weights: QuantizedWeight's values against the gguf package's own
+"""linear with block-quantized weights at precision="exact": QuantizedWeight's values against the gguf package's own
 dequantization (every GGUF block format, with normal, subnormal and zero float16 scales), and the C
 kernel (every ISA variant, register and panel paths, stack and heap buffers, any thread count)
 bit-identical to the dense product with those values and to the generic variant."""
@@ -27,6 +27,11 @@ HALVES = {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0
 BLOCK_32 = [fmt for fmt, spec in FORMATS.items() if spec.gguf_weights == 32]
 DTYPES = [torch.float32, torch.bfloat16]
 SUPPORTED_ISAS = pyagent_kernels.status()["isa_supported"]
+
+
+def exact(x: torch.Tensor, weight: QuantizedWeight, **options: object) -> torch.Tensor:
+    """``linear`` at precision "exact" (the dequantized matrix's product, which these tests check)."""
+    return linear(x, weight, precision="exact", **options)  # type: ignore[arg-type]
 
 
 def gguf_blocks(fmt: str, out: int, inner: int, seed: int) -> np.ndarray:
@@ -95,14 +100,14 @@ def test_product_has_the_bits_of_the_dense_product(c_isa: str, fmt: str, rows: i
     for dtype in DTYPES:
         x = torch.randn(rows, inner, generator=gen).to(dtype)
         dense = reference.to(dtype)
-        batched = linear(x, weight, backend="c")
+        batched = exact(x, weight, backend="c")
         assert torch.equal(batched, linear(x, dense, backend="c")), (c_isa, dtype)
-        assert torch.equal(batched[rows - 1], linear(x[rows - 1 :], weight, backend="c")[0]), (c_isa, dtype)
-        sums = linear(x, weight, out_dtype=torch.float32, backend="c")
+        assert torch.equal(batched[rows - 1], exact(x[rows - 1 :], weight, backend="c")[0]), (c_isa, dtype)
+        sums = exact(x, weight, out_dtype=torch.float32, backend="c")
         if dtype == torch.bfloat16:
             assert torch.equal(sums, linear(x, dense, out_dtype=torch.float32, backend="c"))
         with pyagent_kernels.using_isa("generic"):
-            assert torch.equal(sums, linear(x, weight, out_dtype=torch.float32, backend="c")), (c_isa, dtype)
+            assert torch.equal(sums, exact(x, weight, out_dtype=torch.float32, backend="c")), (c_isa, dtype)
 
 
 @needs_c
@@ -114,7 +119,7 @@ def test_rows_longer_than_the_stack_panel(dtype: torch.dtype) -> None:
     x = torch.randn(6, inner, generator=torch.Generator().manual_seed(3)).to(dtype)
     expected = linear(x, reference.to(dtype), threads=1, backend="c")
     for threads in (1, 2, 3):
-        assert torch.equal(linear(x, weight, threads=threads, backend="c"), expected)
+        assert torch.equal(exact(x, weight, threads=threads, backend="c"), expected)
 
 
 @needs_c
@@ -128,10 +133,10 @@ def test_each_row_is_the_same_alone_or_batched(rows: int, out: int, blocks: int,
     weight, reference = weight_and_reference(fmt, out, inner, seed)
     x = torch.randn(rows, inner, generator=torch.Generator().manual_seed(seed)).to(dtype)
     with pyagent_kernels.using_isa(isa):
-        batched = linear(x, weight, threads=threads, backend="c")
+        batched = exact(x, weight, threads=threads, backend="c")
         assert torch.equal(batched, linear(x, reference.to(dtype), threads=threads, backend="c"))
         for row in range(rows):
-            assert torch.equal(batched[row], linear(x[row : row + 1], weight, threads=1, backend="c")[0]), row
+            assert torch.equal(batched[row], exact(x[row : row + 1], weight, threads=1, backend="c")[0]), row
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -140,18 +145,19 @@ def test_torch_fallback_uses_the_dequantized_matrix(fmt: str, dtype: torch.dtype
     inner = 2 * FORMATS[fmt].gguf_weights
     weight, reference = weight_and_reference(fmt, 12, inner, seed=4)
     x = torch.randn(3, inner).to(dtype)
-    assert torch.equal(linear(x, weight, backend="torch"), linear(x, reference.to(dtype), backend="torch"))
+    assert torch.equal(exact(x, weight, backend="torch"), linear(x, reference.to(dtype), backend="torch"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_a_prepared_product_gives_the_bits_of_linear(fmt: str, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("precision", ["exact", "int8"])
+def test_a_prepared_product_gives_the_bits_of_linear(fmt: str, dtype: torch.dtype, precision: str) -> None:
     inner = 2 * FORMATS[fmt].gguf_weights
     weight, _ = weight_and_reference(fmt, 7, inner, seed=9)
     x = torch.randn(3, inner, generator=torch.Generator().manual_seed(9)).to(dtype)
     out = torch.empty(3, 7)
-    run_prepared([prepare_linear(x, weight, out, threads=1)])
-    assert torch.equal(out, linear(x, weight, out_dtype=torch.float32, threads=1))
+    run_prepared([prepare_linear(x, weight, out, threads=1, precision=precision)])  # type: ignore[arg-type]
+    assert torch.equal(out, linear(x, weight, out_dtype=torch.float32, threads=1, precision=precision))  # type: ignore[arg-type]
 
 
 def test_cat_stacks_rows() -> None:
@@ -180,12 +186,21 @@ def test_cat_repacks_mixed_formats_exactly(formats: tuple[str, ...], shared: str
     assert torch.equal(both.dequantize(), torch.cat([reference for _, reference in parts]))
 
 
-def test_formats_without_a_shared_layout_do_not_stack() -> None:
+def test_formats_without_a_shared_layout_stack_for_int8_only() -> None:
+    """GGUF rows of formats no exact layout holds together stack (the int8 product reads each part's
+    blocks), but their exact product is refused; rows of the exact layout alone cannot stack at all."""
     with_min, without = weight_and_reference("q4_1", 1, 256, 0)[0], weight_and_reference("q6_k", 1, 256, 0)[0]
     assert shared_format([with_min, without]) is None
     assert shared_format([with_min, weight_and_reference("q4_1", 1, 512, 0)[0]]) is None
+    both = QuantizedWeight.cat([with_min, without])
+    assert both.format == "q4_1+q6_k" and both.shape == (2, 256)
+    with pytest.raises(KernelArgumentError, match=r"\(q4_1\+q6_k\) share no block layout"):
+        linear(torch.zeros(1, 256), both, precision="exact")
+    split = QuantizedWeight(without.packed, "q6_k", 256)  # no GGUF blocks to keep
     with pytest.raises(KernelArgumentError, match="cannot stack q6_k rows of 256 weights onto q4_1"):
-        QuantizedWeight.cat([with_min, without])
+        QuantizedWeight.cat([with_min, split])
+    with pytest.raises(KernelArgumentError, match="cannot stack rows of 512 weights onto rows of 256"):
+        QuantizedWeight.cat([with_min, weight_and_reference("q4_1", 1, 512, 0)[0]])
 
 
 @pytest.mark.parametrize(("build", "message"), [

@@ -21,7 +21,7 @@ COMPILED = bool(pyagent_kernels.status()["compiled"])
 
 def test_status_reports_the_build() -> None:
     status = pyagent_kernels.status()
-    assert set(status) == {"compiled", "reason", "isa", "isa_supported", "module"}
+    assert set(status) == {"compiled", "reason", "isa", "isa_supported", "int8_dot", "amx", "module"}
     if status["compiled"]:
         assert status["reason"] is None
         assert status["isa"] in status["isa_supported"]

@@ -40,11 +40,15 @@ def test_records_become_pp_and_tg_rows(tmp_path: Path) -> None:
         "-m", str(tmp_path / "m.gguf"), "-p", "512", "-n", "128", "-t", "2", "-r", "4", "-o", "json"]
     assert (row["pp_tok_s"], row["tg_tok_s"], row["pp_runs"], row["threads"]) == (480.5, 160.5, [480.0, 481.0], 2)
     assert row["engine"] == "llama.cpp" and row["build"] == "7000 (abc1234)"
-    ours = {"engine": "pyagent", "dtype": "float32", "pp_tok_s": 961.0, "tg_tok_s": 80.25}
-    ratios = pp_tg_ratios([ours, row], settings, "float32")
+    ours = {"engine": "pyagent", "dtype": "float32", "precision": "int8", "pp_tok_s": 961.0, "tg_tok_s": 80.25}
+    exact = {**ours, "precision": "exact", "pp_tok_s": 240.25, "tg_tok_s": 321.0}
+    ratios = pp_tg_ratios([exact, ours, row], settings, "float32", "int8")  # the default precision first
     assert [(r["name"], r["ratio"], r["met"]) for r in ratios] == [
-        ("pp512: pyagent float32 / llama-bench", 2.0, True), ("tg128: pyagent float32 / llama-bench", 0.5, False)]
-    assert [r["ratio"] for r in pp_tg_ratios([ours], settings, "float32")] == [None, None]
+        ("pp512: pyagent float32 int8 / llama-bench", 2.0, True),
+        ("tg128: pyagent float32 int8 / llama-bench", 0.5, False),
+        ("pp512: pyagent float32 exact / llama-bench", 0.5, False),
+        ("tg128: pyagent float32 exact / llama-bench", 2.0, True)]
+    assert [r["ratio"] for r in pp_tg_ratios([ours], settings, "float32", "int8")] == [None, None]
 
 
 @pytest.mark.parametrize(("stdout", "status", "reason"), [

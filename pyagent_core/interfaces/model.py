@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T", int, float, bool)
 
+#: The precisions a model's products with block-quantized matrices can run in (:attr:`ModelContext.precision`).
+PRECISIONS: tuple[str, ...] = ("exact", "int8")
+
 _EXPECTED = {int: "an integer", float: "a finite number", bool: "true or false"}
 
 
@@ -237,6 +240,10 @@ class ModelContext:
         device: where the weights live (``"cpu"``).
         quantized: keep block-quantized matrices in their blocks where the kernels can run them;
             false dequantizes them to ``dtype``.
+        precision: how products with kept block-quantized matrices are computed: ``"exact"`` (the
+            dequantized values' float product, bit-identical to the dense model: the reference) or
+            ``"int8"`` (activations quantized to int8 blocks and multiplied in integers, as llama.cpp
+            does: faster, within quantization noise of exact). Dense matrices ignore it.
     """
 
     config: ModelConfig
@@ -244,6 +251,7 @@ class ModelContext:
     dtype: str = "float32"
     device: str = "cpu"
     quantized: bool = True
+    precision: str = attrs.field(default="exact", validator=attrs.validators.in_(PRECISIONS))
 
 
 def check_weights(config: ModelConfig, weights: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> None:

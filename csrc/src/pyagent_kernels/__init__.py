@@ -15,8 +15,11 @@ from pyagent_kernels._extension import (
     KernelStatus,
     PreparedCall,
     run_prepared,
+    set_amx,
+    set_int8_dot,
     set_isa,
     status,
+    using_int8,
     using_isa,
 )
 from pyagent_kernels.errors import (
@@ -38,7 +41,10 @@ __all__ = [
     "PreparedCall",
     "__version__",
     "run_prepared",
+    "set_amx",
+    "set_int8_dot",
     "set_isa",
     "status",
+    "using_int8",
     "using_isa",
 ]

@@ -192,6 +192,47 @@ def using_isa(name: str) -> Iterator[str]:
         set_isa(previous)
 
 
+INT8_DOTS: tuple[str, ...] = ("auto", "maddubs")
+AMX_MODES: tuple[str, ...] = ("off", "allow", "emulate")
+
+
+def set_int8_dot(name: str) -> str:
+    """Make the int8 path's x86 variants use integer dot product ``name``: "auto" (VNNI where the CPU
+    has it) or "maddubs" (the AVX2 / AVX-512 BW multiply-add pairs, for tests and benchmarks); every
+    choice gives the same bits. Returns the previous choice."""
+    _, lib = require()
+    if name not in INT8_DOTS:
+        raise KernelArgumentError(f"unknown int8 dot product {name!r}; choose one of: {', '.join(INT8_DOTS)}")
+    return INT8_DOTS[lib.pak_int8_dot_select(INT8_DOTS.index(name))]
+
+
+def set_amx(mode: str) -> str:
+    """Whether the int8 path's products of many rows may use AMX: "allow" (where a probe proved it
+    usable; the default), "off", or "emulate" (its tile products computed in C, on any CPU with
+    AVX-512: tests the AMX path's layout on CPUs without AMX). Returns the previous mode."""
+    _, lib = require()
+    if mode not in AMX_MODES:
+        raise KernelArgumentError(f"unknown AMX mode {mode!r}; choose one of: {', '.join(AMX_MODES)}")
+    return AMX_MODES[lib.pak_int8_amx_select(AMX_MODES.index(mode))]
+
+
+@contextmanager
+def using_int8(*, dot: str | None = None, amx: str | None = None) -> Iterator[None]:
+    """Run the int8 path with dot product ``dot`` and AMX mode ``amx`` (None: unchanged) inside the
+    ``with`` block (see :func:`set_int8_dot`, :func:`set_amx`), then restore them."""
+    previous_dot = set_int8_dot(dot) if dot is not None else None
+    try:
+        previous_amx = set_amx(amx) if amx is not None else None
+        try:
+            yield
+        finally:
+            if previous_amx is not None:
+                set_amx(previous_amx)
+    finally:
+        if previous_dot is not None:
+            set_int8_dot(previous_dot)
+
+
 class KernelStatus(TypedDict):
     """What :func:`status` reports (a plain dict at run time)."""
 
@@ -199,19 +240,26 @@ class KernelStatus(TypedDict):
     reason: str | None  # why it is not, or None
     isa: str  # the instruction set the kernels use now ("none" when not compiled)
     isa_supported: list[str]  # the instruction sets this build can run on this CPU
+    int8_dot: str  # the int8 path's dot product now ("vnni512", "maddubs256", "scalar", ...; "none")
+    amx: str  # whether the int8 path may use AMX and why ("usable", "not advertised ...", ...; "none")
     module: str | None  # path of the compiled module
 
 
 def status() -> KernelStatus:
-    """Build and runtime facts for ``pyagent doctor``; never raises and never imports torch."""
+    """Build and runtime facts for ``pyagent doctor``; never raises and never imports torch.
+
+    ``amx`` runs the AMX probe (once per process: a forked child, see ``include/pyagent/linear_int8.h``)."""
     ext = load()
     if ext.lib is None:
-        return {"compiled": False, "reason": ext.reason, "isa": "none", "isa_supported": [], "module": None}
+        return {"compiled": False, "reason": ext.reason, "isa": "none", "isa_supported": [], "int8_dot": "none",
+                "amx": "none", "module": None}
     names = _isa_names(ext.ffi, ext.lib)
     return {
         "compiled": True,
         "reason": None,
         "isa": names[int(ext.lib.pak_isa_active())],
         "isa_supported": [n for i, n in enumerate(names) if ext.lib.pak_isa_supported(i)],
+        "int8_dot": ext.ffi.string(ext.lib.pak_int8_dot_name()).decode(),
+        "amx": ext.ffi.string(ext.lib.pak_int8_amx_reason()).decode(),
         "module": ext.path,
     }

@@ -8,8 +8,18 @@ and rounded once (nearest, ties to even); on CPUs with AVX-512 BF16 the dot-prod
 does the work. Every instruction-set variant gives the same bits for normal numbers.
 
 The weight may also be a :class:`~pyagent_kernels.quantized.QuantizedWeight` (GGUF Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks): the kernel decodes it as it goes and gives the bits of the
-product with the dequantized matrix, reading 5 to 10 bits per weight instead of 16 or 32.
+Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks), multiplied in one of two precisions, a stated choice:
+
+- ``"int8"`` (the default): llama.cpp's way. Each input row is quantized once per call into int8
+  blocks (llama.cpp's Q8_0, per 32 values, for every format), multiplied with the weights' integer
+  codes in exact integer arithmetic (AVX-512 VNNI, AVX-VNNI, AVX2, AMX where proven usable, or C),
+  and the float scales are applied in one documented order (``include/pyagent/linear_int8.h``): every
+  variant gives the same bits, batch-invariant. It reads the GGUF file's bytes and no more.
+- ``"exact"``: the weights decoded to their dequantized float values and multiplied in the dense
+  order above: the bits of the product with the dequantized matrix (the reference that comparisons
+  with transformers use), reading 5 to 10 bits per weight.
+
+Dense weights are always multiplied in float; ``precision`` concerns quantized weights only.
 
 The pure-torch fallback (:mod:`pyagent_kernels._linear_torch`) is batch-invariant too but sums in
 another order, so its bits differ from the C kernel's. :func:`prepare_linear` checks a product on
@@ -19,6 +29,7 @@ buffers a caller reuses every step once and returns it ready to run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 
@@ -26,11 +37,19 @@ from pyagent_kernels import _extension
 from pyagent_kernels._checks import check_separate, check_tensor
 from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._fast_checks import all_plain
+from pyagent_kernels._int8_layout import GGUF_BLOCKS
+from pyagent_kernels._linear_int8_torch import linear_int8_torch
 from pyagent_kernels._linear_torch import linear_torch
 from pyagent_kernels.errors import KernelArgumentError
 from pyagent_kernels.quantized import QuantizedWeight
 
-__all__ = ["linear", "prepare_linear"]
+__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "Precision", "linear", "prepare_linear"]
+
+#: How a product with a quantized weight is computed (see the module docstring).
+Precision = Literal["exact", "int8"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: The precision of products with quantized weights unless a caller states one.
+DEFAULT_PRECISION: Precision = "int8"
 
 _POINTERS = {torch.float32: "float *", torch.bfloat16: "uint16_t *"}
 
@@ -82,9 +101,19 @@ def _settings(x: torch.Tensor, out_dtype: torch.dtype | None, threads: int | Non
     return out_dtype, threads
 
 
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise KernelArgumentError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+
+
+def _int8(weight: torch.Tensor | QuantizedWeight, precision: str) -> bool:
+    """Whether the product runs on the int8 path (a quantized weight at precision "int8")."""
+    return precision == "int8" and isinstance(weight, QuantizedWeight)
+
+
 def _c_call(ext: _extension.Extension, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out: torch.Tensor,
             threads: int) -> tuple[Callable[..., int], tuple[object, ...]]:
-    """The C function computing ``out = x @ weight.T`` and its arguments (checked tensors)."""
+    """The C function computing ``out = x @ weight.T`` in float (exact) and its arguments (checked tensors)."""
     ffi, lib = ext.ffi, ext.lib
     rows, inner = x.shape
     out_features = weight.shape[0]
@@ -103,14 +132,44 @@ def _c_call(ext: _extension.Extension, x: torch.Tensor, weight: torch.Tensor | Q
     return lib.pak_linear_bf16, (x_ptr, w_ptr, y_ptr, y_f32, rows, out_features, inner, threads)
 
 
-def _torch(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out_dtype: torch.dtype) -> torch.Tensor:
+def _int8_c_call(ext: _extension.Extension, x: torch.Tensor, weight: QuantizedWeight, out: torch.Tensor,
+                 threads: int, scratch: bool) -> tuple[Callable[..., int], tuple[object, ...]]:
+    """The C function computing ``out = x @ weight.T`` on the int8 path and its arguments; with
+    ``scratch`` the quantized activations go into a buffer allocated now (kept in the arguments), else
+    the kernel allocates them per call."""
+    ffi, lib = ext.ffi, ext.lib
+    rows, inner = x.shape
+    groups = weight.int8_parts()
+    parts = ffi.new("pak_int8_part[]", len(groups))
+    for part, (fmt, rows_of, count) in zip(parts, groups, strict=True):
+        part.w = ffi.cast("uint8_t *", rows_of.data_ptr())
+        part.wtype = GGUF_BLOCKS[fmt][0]
+        part.out = count
+    buffer = ffi.NULL
+    if scratch:
+        size = lib.pak_int8_scratch_bytes(parts, len(groups), rows, inner)
+        buffer = ffi.new("uint8_t[]", max(size, 1)) if size else ffi.NULL
+    return lib.pak_linear_int8, (ffi.cast("void *", x.data_ptr()), x.dtype is torch.bfloat16, parts, len(groups),
+                                 ffi.cast("void *", out.data_ptr()), out.dtype is torch.float32, rows, inner,
+                                 buffer, threads)
+
+
+def _torch(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out_dtype: torch.dtype,
+           precision: str) -> torch.Tensor:
     """The fallback's result."""
+    if _int8(weight, precision):
+        assert isinstance(weight, QuantizedWeight)
+        weight.int8_parts()  # raises for weights without GGUF blocks
+        parts = weight.gguf_parts
+        assert parts is not None
+        return linear_int8_torch(x, parts).to(out_dtype)
     dense = weight.dequantize(x.dtype) if isinstance(weight, QuantizedWeight) else weight
     return linear_torch(x, dense).to(out_dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype: torch.dtype | None = None,
-           threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
+           threads: int | None = None, backend: Backend = "auto",
+           precision: Precision = DEFAULT_PRECISION) -> torch.Tensor:
     """Return ``x @ weight.T`` (``[rows, out]``), batch-invariant.
 
     Args:
@@ -118,32 +177,41 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, *, out_dtype
         weight: ``[out, in]``, the same dtype, contiguous, on CPU; or a :class:`QuantizedWeight`.
         out_dtype: the result's dtype: the inputs' (default) or float32. With bfloat16 inputs,
             float32 keeps the sums unrounded (logits: rounding them to bfloat16 makes ties); the
-            torch fallback rounds to bfloat16 first.
+            torch fallback rounds to bfloat16 first (on the int8 path it rounds the same sums).
         threads: threads the C kernel may use (default: ``torch.get_num_threads()``).
         backend: "auto" (C if built, else torch with a one-time warning), "c" or "torch".
+        precision: for a quantized weight, "int8" (default) or "exact" (see the module docstring).
 
     Raises:
-        KernelArgumentError: a tensor has the wrong type, dtype, shape, layout or device.
+        KernelArgumentError: a tensor has the wrong type, dtype, shape, layout or device; an unknown
+            precision; "int8" for a K-quant weight built from exact-layout rows.
         KernelUnavailableError: backend="c" but the extension is not built.
     """
     if not _plain(x, weight):
         _check(x, weight)
+    _check_precision(precision)
     out_dtype, threads = _settings(x, out_dtype, threads)
     ext = _extension.c_extension(backend, "linear")
     if ext is None:
-        return _torch(x, weight, out_dtype)
+        return _torch(x, weight, out_dtype, precision)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=out_dtype)
-    _extension.run_call(*_c_call(ext, x, weight, out, threads), "linear")
+    if _int8(weight, precision):
+        assert isinstance(weight, QuantizedWeight)
+        _extension.run_call(*_int8_c_call(ext, x, weight, out, threads, scratch=False), "linear")
+    else:
+        _extension.run_call(*_c_call(ext, x, weight, out, threads), "linear")
     return out
 
 
 def prepare_linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out: torch.Tensor, *,
-                   threads: int | None = None, backend: Backend = "auto") -> PreparedCall:
-    """``out[:] = linear(x, weight, out_dtype=out.dtype, threads=threads)`` as a call checked once, for
-    buffers a caller reuses every step (run it with :func:`pyagent_kernels.run_prepared`).
+                   threads: int | None = None, backend: Backend = "auto",
+                   precision: Precision = DEFAULT_PRECISION) -> PreparedCall:
+    """``out[:] = linear(x, weight, out_dtype=out.dtype, threads=threads, precision=precision)`` as a call
+    checked once, for buffers a caller reuses every step (run it with :func:`pyagent_kernels.run_prepared`).
 
     Args:
-        x, weight, threads, backend: as for :func:`linear` (``threads`` resolved now).
+        x, weight, threads, backend, precision: as for :func:`linear` (``threads`` resolved now; on the
+            int8 path the buffer for the quantized activations is allocated now).
         out: ``[rows, out]`` of ``x``'s dtype or float32, contiguous, on CPU.
 
     Raises:
@@ -152,11 +220,23 @@ def prepare_linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, out:
     """
     if not _plain(x, weight):
         _check(x, weight)
+    _check_precision(precision)
     check_tensor(out, "out", dtypes=(x.dtype, torch.float32), shape=(x.shape[0], weight.shape[0]), writable=True)
-    matrix = weight.packed if isinstance(weight, QuantizedWeight) else weight
-    check_separate("linear", {"out": out}, {"x": x, "weight": matrix})
+    int8 = _int8(weight, precision)
+    if isinstance(weight, QuantizedWeight):
+        matrices = {f"weight part {i}": rows for i, (_, rows, _) in enumerate(weight.int8_parts())} if int8 else {
+            "weight": weight.packed}
+    else:
+        matrices = {"weight": weight}
+    check_separate("linear", {"out": out}, {"x": x, **matrices})
     out_dtype, threads = _settings(x, out.dtype, threads)
     ext = _extension.c_extension(backend, "linear")
     if ext is None:
-        return _extension.torch_call("linear", lambda: _torch(x, weight, out_dtype), (out,), (x, weight, out))
-    return PreparedCall(*_c_call(ext, x, weight, out, threads), "linear", (x, weight, out))
+        return _extension.torch_call("linear", lambda: _torch(x, weight, out_dtype, precision), (out,),
+                                     (x, weight, out))
+    if int8:
+        assert isinstance(weight, QuantizedWeight)
+        function, arguments = _int8_c_call(ext, x, weight, out, threads, scratch=True)
+    else:
+        function, arguments = _c_call(ext, x, weight, out, threads)
+    return PreparedCall(function, arguments, "linear", (x, weight, out))

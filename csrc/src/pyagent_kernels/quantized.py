@@ -1,16 +1,26 @@
 """Weight matrices kept in a GGUF block-quantized format, for :func:`pyagent_kernels.linear.linear`.
 
 A :class:`QuantizedWeight` holds a llama.cpp tensor in its block format (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 5 to 10 bits per weight rather than 16 or
-32, so a memory-bound decode step reads 1.6 to 6 times fewer bytes. The kernel reads blocks of 32
-weights with float32 scales (the layouts of ``include/pyagent/linear.h``): a GGUF file's 32-weight
-blocks have their float16 scales widened (exact), and the K-quants' super-blocks of 256 weights are
-split into 32-weight blocks with each sub-block's scale and minimum multiplied out (exact too: the
-products of a float16 and a 6- or 8-bit integer fit float32's 24 bits). Q4_K becomes Q4_1 blocks,
-Q5_K Q5_1 blocks, and Q6_K signed-byte blocks with a scale per 16 weights. The linear kernel decodes
-them as it goes into exactly the float32 values that the ``gguf`` package's dequantization gives
-(bfloat16: those values rounded to nearest), so a product with a quantized weight has the bits of
-the same product with :meth:`QuantizedWeight.dequantize`'s matrix.
+Q8_0, Q4_K, Q5_K or Q6_K) instead of a dense float matrix: 4.5 to 8.5 bits per weight rather than 16
+or 32, so a memory-bound decode step reads 2 to 7 times fewer bytes. Built from a GGUF file
+(:meth:`QuantizedWeight.from_gguf`), it keeps the file's blocks, and each precision of the linear
+kernel reads its own layout of them, built when first used:
+
+- "int8" (:meth:`QuantizedWeight.int8_parts`): the blocks themselves, interleaved 16 rows at a time
+  (``include/pyagent/linear_int8.h``): the file's bytes, no more.
+- "exact" (:attr:`QuantizedWeight.packed`): blocks of 32 weights with float32 scales (the layouts of
+  ``include/pyagent/linear.h``): a GGUF file's 32-weight blocks have their float16 scales widened
+  (exact), and the K-quants' super-blocks of 256 weights are split into 32-weight blocks with each
+  sub-block's scale and minimum multiplied out (exact too: the products of a float16 and a 6- or
+  8-bit integer fit float32's 24 bits). Q4_K becomes Q4_1 blocks, Q5_K Q5_1 blocks, and Q6_K
+  signed-byte blocks with a scale per 16 weights. The linear kernel decodes them as it goes into
+  exactly the float32 values that the ``gguf`` package's dequantization gives (bfloat16: those values
+  rounded to nearest), so a product with a quantized weight has the bits of the same product with
+  :meth:`QuantizedWeight.dequantize`'s matrix.
+
+A weight stacked from parts of different formats (:meth:`QuantizedWeight.cat`: a Q4_K_M file's
+Q5_0 query and key with its Q8_0 value projection) keeps each part's blocks for the int8 product;
+its exact layout is the smallest that holds every part exactly, if there is one.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import NamedTuple
 
 import torch
 
+from pyagent_kernels._int8_layout import interleave
 from pyagent_kernels.errors import KernelArgumentError
 
 __all__ = ["BLOCK_SIZE", "FORMATS", "BlockFormat", "QuantizedWeight", "shared_format"]
@@ -92,8 +103,12 @@ class _Blocks(NamedTuple):
 class QuantizedWeight:
     """A ``[out, in]`` weight matrix stored in a block-quantized format.
 
-    Build one from a GGUF tensor's bytes with :meth:`from_gguf`; the constructor takes rows already
-    in the kernel's layout (:attr:`packed` of another weight, or a checkpoint that stored them).
+    Build one from a GGUF tensor's bytes with :meth:`from_gguf`, which keeps the file's blocks; the
+    constructor takes rows already in the exact product's layout (:attr:`packed` of another weight,
+    or a checkpoint that stored them). Products run in one of two precisions (``precision`` of
+    :func:`pyagent_kernels.linear.linear`): "exact" reads :attr:`packed` and gives the bits of the
+    dequantized matrix's product; "int8" reads the GGUF blocks, interleaved 16 rows at a time
+    (:meth:`int8_parts`), and multiplies int8-quantized activations as llama.cpp does.
 
     Args:
         packed: ``uint8 [out, in / 32 * layout bytes]``: each row's blocks in the kernel's layout.
@@ -107,41 +122,103 @@ class QuantizedWeight:
 
     def __init__(self, packed: torch.Tensor, fmt: str, in_features: int) -> None:
         _check_rows(packed, fmt, in_features, gguf=False)
-        self.packed = packed
+        self._packed: torch.Tensor | None = packed
+        self._gguf = _gguf_from_packed(packed, fmt)
+        self._int8: tuple[tuple[str, torch.Tensor, int], ...] | None = None
         self.format = fmt
+        """The format of :attr:`packed` (for a stack of parts in several formats, their shared layout's)."""
         self.in_features = in_features
         self.shape: tuple[int, int] = (packed.shape[0], in_features)
         """``(out, in)``, the shape of the dense matrix."""
-        self.type_id: int = FORMATS[fmt].layout
-        """The kernel layout of :attr:`packed` (the kernel's ``wtype``: a GGML type id)."""
 
     @classmethod
     def from_gguf(cls, blocks: torch.Tensor, fmt: str, in_features: int) -> QuantizedWeight:
-        """The weight whose rows a GGUF file stores as ``blocks`` (``uint8 [out, row bytes]``)."""
+        """The weight whose rows a GGUF file stores as ``blocks`` (``uint8 [out, row bytes]``), kept as they are."""
         _check_rows(blocks, fmt, in_features, gguf=True)
-        spec = FORMATS[fmt]
-        per_block = blocks.reshape(blocks.shape[0], -1, spec.gguf_bytes)
-        if spec.gguf_weights == BLOCK_SIZE:  # the same layout with float32 scales
-            halves = (spec.layout_bytes - spec.gguf_bytes) // 2
-            wide = per_block[..., : 2 * halves].contiguous().view(torch.float16).float().view(torch.uint8)
-            packed = torch.cat((wide, per_block[..., 2 * halves :]), dim=-1)
-        else:
-            packed = _pack(_K_QUANT_READERS[fmt](per_block), spec.layout)
-        return cls(packed.reshape(blocks.shape[0], -1).contiguous(), fmt, in_features)
+        return cls._of_parts(((fmt, blocks.contiguous()),), in_features)
+
+    @classmethod
+    def _of_parts(cls, parts: tuple[tuple[str, torch.Tensor], ...], in_features: int) -> QuantizedWeight:
+        """A weight of GGUF rows in one or more formats, stacked (the exact layout built when first read)."""
+        weight = cls.__new__(cls)
+        weight._packed = None
+        weight._gguf = parts
+        weight._int8 = None
+        formats = list(dict.fromkeys(fmt for fmt, _ in parts))
+        weight.format = formats[0] if len(formats) == 1 else _shared_layout(formats) or "+".join(formats)
+        weight.in_features = in_features
+        weight.shape = (sum(blocks.shape[0] for _, blocks in parts), in_features)
+        return weight
 
     def __repr__(self) -> str:
         return f"QuantizedWeight({self.format}, shape={list(self.shape)})"
 
+    @property
+    def packed(self) -> torch.Tensor:
+        """``uint8 [out, in / 32 * layout bytes]``: the rows in the exact product's layout (built from the
+        GGUF blocks when first read)."""
+        if self._packed is None:
+            assert self._gguf is not None
+            if self.format not in FORMATS:
+                raise KernelArgumentError(
+                    f"the parts of this weight ({self.format}) share no block layout, which precision='exact' "
+                    "needs; use precision='int8' or dequantize them"
+                )
+            layout = FORMATS[self.format].layout
+            self._packed = torch.cat([_layout_rows(blocks, fmt, layout, self.in_features)
+                                      for fmt, blocks in self._gguf])
+        return self._packed
+
+    @property
+    def type_id(self) -> int:
+        """The kernel layout of :attr:`packed` (the exact kernel's ``wtype``: a GGML type id)."""
+        if self.format not in FORMATS:
+            raise KernelArgumentError(f"the parts of this weight ({self.format}) share no block layout")
+        return FORMATS[self.format].layout
+
+    @property
+    def gguf_parts(self) -> tuple[tuple[str, torch.Tensor], ...] | None:
+        """The GGUF rows (format, ``uint8 [rows, row bytes]``) stacked in this weight, or None when it
+        was built from rows of the exact layout that no GGUF block holds (K-quants' split blocks)."""
+        return self._gguf
+
+    def int8_parts(self) -> tuple[tuple[str, torch.Tensor, int], ...]:
+        """The rows in the int8 product's layout: per part, its format, its groups ``uint8 [ceil(rows /
+        16), group bytes]`` and its number of rows; built from the GGUF blocks when first asked.
+
+        Raises:
+            KernelArgumentError: the weight was built from exact-layout rows of a K-quant, whose GGUF
+                blocks cannot be recovered.
+        """
+        if self._int8 is None:
+            if self._gguf is None:
+                raise KernelArgumentError(
+                    f"this {self.format} weight was built from the exact layout's rows, which do not keep the "
+                    "GGUF super-blocks precision='int8' reads; build it with QuantizedWeight.from_gguf"
+                )
+            self._int8 = tuple((fmt, interleave(blocks, fmt), blocks.shape[0]) for fmt, blocks in self._gguf)
+        return self._int8
+
     @classmethod
     def cat(cls, parts: Sequence[QuantizedWeight]) -> QuantizedWeight:
-        """The rows of ``parts`` stacked (one ``in`` for all). Parts of different formats are first
-        repacked, exactly, into the smallest layout that holds all of them (:func:`shared_format`)."""
+        """The rows of ``parts`` stacked (one ``in`` for all). Parts of one format are stacked as they
+        are; parts of different formats keep their GGUF blocks side by side for the int8 product, and
+        their exact layout is the smallest that holds all of them exactly (:func:`shared_format`)."""
         if not parts:
             raise KernelArgumentError("QuantizedWeight.cat needs at least one part")
+        first = parts[0]
+        other = next((p for p in parts if p.in_features != first.in_features), None)
+        if other is not None:
+            raise KernelArgumentError(
+                f"cannot stack rows of {other.in_features} weights onto rows of {first.in_features}: the parts "
+                "of a stacked weight share `in`"
+            )
+        gguf = [p.gguf_parts for p in parts]
+        if all(g is not None for g in gguf):
+            return cls._of_parts(_merged([item for g in gguf if g is not None for item in g]), first.in_features)
         fmt = shared_format(parts)
         if fmt is None:
-            first = parts[0]
-            other = next(p for p in parts if (p.format, p.in_features) != (first.format, first.in_features))
+            other = next(p for p in parts if p.format != first.format)
             raise KernelArgumentError(
                 f"cannot stack {other.format} rows of {other.in_features} weights onto {first.format} rows of "
                 f"{first.in_features}: no block layout holds both exactly; dequantize them"
@@ -150,27 +227,88 @@ class QuantizedWeight:
         packed = [p.packed if p.type_id == layout else _pack(_unpack(p.packed, p.type_id), layout).reshape(
             p.shape[0], -1) for p in parts]
         names = {p.format for p in parts}
-        return cls(torch.cat(packed), names.pop() if len(names) == 1 else fmt, parts[0].in_features)
+        return cls(torch.cat(packed), names.pop() if len(names) == 1 else fmt, first.in_features)
 
     def rows(self, index: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The dense rows ``index`` (an embedding lookup), in ``dtype``."""
-        return _dequantize(self.packed[index], self.type_id).to(dtype)
+        if self._packed is not None:
+            return _dequantize(self.packed[index], self.type_id).to(dtype)
+        assert self._gguf is not None
+        if len(self._gguf) > 1:
+            return self.dequantize(dtype)[index]
+        fmt, blocks = self._gguf[0]
+        layout = FORMATS[fmt].layout
+        return _dequantize(_layout_rows(blocks[index], fmt, layout, self.in_features), layout).to(dtype)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The dense ``[out, in]`` matrix in ``dtype``: the gguf package's float32 values, then rounded."""
+        if self._packed is None and self._gguf is not None:
+            return torch.cat([_dequantize(_layout_rows(blocks, fmt, FORMATS[fmt].layout, self.in_features),
+                                          FORMATS[fmt].layout) for fmt, blocks in self._gguf]).to(dtype)
         return _dequantize(self.packed, self.type_id).to(dtype)
 
 
+def _merged(parts: list[tuple[str, torch.Tensor]]) -> tuple[tuple[str, torch.Tensor], ...]:
+    """``parts`` with neighbours of one format stacked into one."""
+    merged: list[tuple[str, torch.Tensor]] = []
+    for fmt, blocks in parts:
+        if merged and merged[-1][0] == fmt:
+            merged[-1] = (fmt, torch.cat((merged[-1][1], blocks)))
+        else:
+            merged.append((fmt, blocks))
+    return tuple(merged)
+
+
+def _layout_rows(blocks: torch.Tensor, fmt: str, layout: int, in_features: int) -> torch.Tensor:
+    """GGUF rows of ``fmt`` in kernel ``layout`` (one that holds them exactly): ``uint8 [rows, bytes]``."""
+    spec = FORMATS[fmt]
+    per_block = blocks.reshape(blocks.shape[0], -1, spec.gguf_bytes)
+    if spec.gguf_weights == BLOCK_SIZE:  # the same layout with float32 scales
+        halves = (spec.layout_bytes - spec.gguf_bytes) // 2
+        wide = per_block[..., : 2 * halves].contiguous().view(torch.float16).float().view(torch.uint8)
+        packed = torch.cat((wide, per_block[..., 2 * halves :]), dim=-1)
+    else:
+        packed = _pack(_K_QUANT_READERS[fmt](per_block), spec.layout)
+    rows = packed.reshape(blocks.shape[0], -1)
+    if layout != spec.layout:
+        rows = _pack(_unpack(rows, spec.layout), layout).reshape(blocks.shape[0], -1)
+    assert rows.shape[1] == in_features // BLOCK_SIZE * FORMATS[_LAYOUTS[layout].name].layout_bytes
+    return rows.contiguous()
+
+
+def _gguf_from_packed(packed: torch.Tensor, fmt: str) -> tuple[tuple[str, torch.Tensor], ...] | None:
+    """The GGUF rows of exact-layout rows of a 32-weight format whose float32 scales are float16 values
+    (those that came from a GGUF file); None for the K-quants' split blocks or other scales."""
+    spec = FORMATS[fmt]
+    if spec.gguf_weights != BLOCK_SIZE:
+        return None
+    per_block = packed.reshape(packed.shape[0], -1, spec.layout_bytes)
+    halves = (spec.layout_bytes - spec.gguf_bytes) // 2
+    wide = per_block[..., : 4 * halves].contiguous().view(torch.float32)
+    narrow = wide.to(torch.float16)
+    if not torch.equal(narrow.float(), wide):
+        return None
+    blocks = torch.cat((narrow.view(torch.uint8), per_block[..., 4 * halves :]), dim=-1)
+    return ((fmt, blocks.reshape(packed.shape[0], -1).contiguous()),)
+
+
 def shared_format(parts: Sequence[QuantizedWeight]) -> str | None:
-    """The format :meth:`QuantizedWeight.cat` stacks ``parts`` in: theirs if they share one, else the
-    layout with the fewest bytes that holds every part's values exactly (Q4_0 and Q5_0 codes fit
-    Q8_0's signed bytes, Q4_1's fit Q5_1's, Q8_0 blocks are Q6_K blocks with equal scales); ``None``
-    when there is none or the parts differ in ``in``."""
+    """The format :meth:`QuantizedWeight.cat` stacks ``parts``' exact layout in: theirs if they share
+    one, else the layout with the fewest bytes that holds every part's values exactly (Q4_0 and Q5_0
+    codes fit Q8_0's signed bytes, Q4_1's fit Q5_1's, Q8_0 blocks are Q6_K blocks with equal scales);
+    ``None`` when there is none or the parts differ in ``in``."""
     if not parts or len({p.in_features for p in parts}) != 1:
         return None
-    if len({p.format for p in parts}) == 1:
-        return parts[0].format
-    needs = [_LAYOUTS[p.type_id] for p in parts]
+    return _shared_layout([p.format for p in parts])
+
+
+def _shared_layout(formats: Sequence[str]) -> str | None:
+    """The format of the smallest layout that holds the values of every one of ``formats`` exactly."""
+    if len(set(formats)) == 1:
+        return formats[0]
+    if not all(fmt in FORMATS for fmt in formats):
+        return None
+    needs = [_LAYOUTS[FORMATS[fmt].layout] for fmt in formats]
     fits = [(FORMATS[layout.name].layout_bytes, layout.name) for layout in _LAYOUTS.values()
             if all(n.has_min == layout.has_min and layout.low <= n.low and n.high <= layout.high
                    and n.scales <= layout.scales for n in needs)]

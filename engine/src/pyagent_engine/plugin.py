@@ -35,7 +35,8 @@ def kernels_check() -> DoctorCheck:
 
     status = pyagent_kernels.status()
     if status["compiled"]:
-        return DoctorCheck("C kernels", True, "compiled" + (f" ({status['isa']})" if status.get("isa") else ""))
+        return DoctorCheck("C kernels", True, f"compiled ({status['isa']}; int8 dot products: {status['int8_dot']}; "
+                                              f"AMX: {status['amx']})")
     return DoctorCheck("C kernels", False, f"torch fallback: {status['reason']}",
                        "reinstall pyagent-kernels with a C compiler available")
 

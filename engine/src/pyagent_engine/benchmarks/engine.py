@@ -74,6 +74,9 @@ class EngineBenchSettings:
         aggregate_new_tokens: tokens generated per request in the aggregate runs.
         model: the GGUF file or checkpoint folder measured (``None``: the embedded model).
         pp_tg: the pp/tg comparison with llama.cpp's ``llama-bench``, or ``None`` to skip it.
+        precisions: pyagent's precisions for a GGUF's quantized matrices, each measured in the
+            single-stream and pp/tg runs (``()``: the engine's default alone; the aggregate runs and the
+            ratios use the default, or the first given).
     """
 
     dtypes: tuple[str, ...] = DTYPES
@@ -84,6 +87,7 @@ class EngineBenchSettings:
     aggregate_new_tokens: int = 64
     model: Path | None = None
     pp_tg: PpTgSettings | None = None
+    precisions: tuple[str, ...] = ()
 
     @classmethod
     def quick(cls, dtypes: tuple[str, ...] = DTYPES, attention: str | None = None,
@@ -123,6 +127,7 @@ def _single_stream(engine: str, dtype: str, prompts: Sequence[list[int]],
 
 
 def _pyagent_single(llm: Any, dtype: str, prompts: Sequence[list[int]], new_tokens: int) -> dict[str, Any]:
+    """pyagent's single-stream row on ``llm`` (loaded in ``dtype``), naming its precision."""
     from pyagent_engine.requests.params import SamplingParams
 
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
@@ -136,7 +141,8 @@ def _pyagent_single(llm: Any, dtype: str, prompts: Sequence[list[int]], new_toke
                 "prefill_tok_s": len(ids) / metrics.time_to_first_token,
                 "decode_tok_s": metrics.decode_tokens_per_s or 0.0}
 
-    return _single_stream("pyagent", dtype, prompts, run_one, attention=llm.engine.backends["attention"])
+    return _single_stream("pyagent", dtype, prompts, run_one, attention=llm.engine.backends["attention"],
+                          precision=llm.loaded.precision)
 
 
 def _pyagent_aggregate(llm: Any, dtype: str, prompts: Sequence[list[int]], concurrency: int,
@@ -252,10 +258,13 @@ def _ratio(name: str, numerator: dict[str, Any] | None, denominator: dict[str, A
             "met": None if value is None or goal is None else value >= goal}
 
 
-def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
-    """The ratios the engine is judged by (``ratio`` is ``None`` when a side was not measured)."""
+def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]], dtype: str,
+           precision: str) -> list[dict[str, Any]]:
+    """The ratios the engine is judged by, pyagent at ``precision`` (``ratio`` is ``None`` when a side
+    was not measured)."""
     hf32, hf16 = (_find(single, engine="transformers", dtype=name) for name in ("float32", "bfloat16"))
-    ours, ours32, ours16 = (_find(single, engine="pyagent", dtype=name) for name in (dtype, "float32", "bfloat16"))
+    ours, ours32, ours16 = (_find(single, engine="pyagent", dtype=name, precision=precision)
+                            for name in (dtype, "float32", "bfloat16"))
     top = max(aggregate, key=lambda r: r["concurrency"], default=None)
     return [
         _ratio(f"decode: pyagent default ({dtype}) / transformers float32", ours, hf32, "decode_tok_s",
@@ -270,12 +279,20 @@ def ratios(single: Sequence[dict[str, Any]], aggregate: Sequence[dict[str, Any]]
     ]
 
 
-def pp_tg_ratios(rows: Sequence[dict[str, Any]], settings: PpTgSettings, dtype: str) -> list[dict[str, Any]]:
-    """pyagent's pp and tg (in ``dtype``) over llama-bench's (``ratio`` ``None`` where a side is missing)."""
-    ours, peer = _find(rows, engine="pyagent", dtype=dtype), _find(rows, engine="llama.cpp")
+#: The goal of pyagent's pp and tg over llama-bench's (issue 28: at least twice llama.cpp's speed).
+PP_TG_GOAL = 2.0
+
+
+def pp_tg_ratios(rows: Sequence[dict[str, Any]], settings: PpTgSettings, dtype: str,
+                 precision: str) -> list[dict[str, Any]]:
+    """pyagent's pp and tg (in ``dtype``, at ``precision`` first, then at each other precision measured)
+    over llama-bench's (``ratio`` ``None`` where a side is missing)."""
+    peer = _find(rows, engine="llama.cpp")
+    measured = [r["precision"] for r in rows if r["engine"] == "pyagent" and r["dtype"] == dtype]
     tests = (("pp", settings.prompt_tokens, "pp_tok_s"), ("tg", settings.gen_tokens, "tg_tok_s"))
-    return [_ratio(f"{name}{size}: pyagent {dtype} / llama-bench", ours, peer, key, key, 1.0)
-            for name, size, key in tests]
+    return [_ratio(f"{name}{size}: pyagent {dtype} {p} / llama-bench",
+                   _find(rows, engine="pyagent", dtype=dtype, precision=p), peer, key, key, PP_TG_GOAL)
+            for p in sorted(set(measured) | {precision}, key=lambda p: p != precision) for name, size, key in tests]
 
 
 def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
@@ -283,28 +300,35 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
     import torch
 
     from pyagent_engine.api.llm import LLM
+    from pyagent_engine.models.config import resolve_precision
     from pyagent_engine.models.loader import resolve_model_path
 
     source = resolve_model_path(settings.model)
     texts = PROMPTS[:settings.num_prompts]
     main_dtype = default_dtype()
     dtypes = sorted(set(settings.dtypes) | {main_dtype}, key=lambda d: d != main_dtype)  # the default first
+    default = resolve_precision()
+    precisions = [resolve_precision(p) for p in settings.precisions] or [default]
+    main_precision = default if default in precisions else precisions[0]
     single: list[dict[str, Any]] = []
     aggregate: list[dict[str, Any]] = []
     prompts: list[list[int]] = []
     pp_tg: list[dict[str, Any]] = []
     for dtype in dtypes:
-        llm = LLM(str(source), dtype=dtype, attention=settings.attention)
-        chat = llm.loaded.chat_template is not None
-        prompts = prompts or [llm.encode(text, chat=chat)[0] for text in texts]
-        if dtype in settings.dtypes:
-            single.append(_pyagent_single(llm, dtype, prompts, settings.new_tokens))
-        if dtype == main_dtype:
-            aggregate = [_pyagent_aggregate(llm, dtype, prompts, n, settings.aggregate_new_tokens)
-                         for n in settings.concurrency]
-        if settings.pp_tg is not None and dtype in settings.dtypes:
-            pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
-        llm.close()
+        for precision in sorted(precisions, key=lambda p: p != main_precision):  # the main precision first
+            if dtype not in settings.dtypes and precision != main_precision:
+                continue
+            llm = LLM(str(source), dtype=dtype, attention=settings.attention, precision=precision)
+            chat = llm.loaded.chat_template is not None
+            prompts = prompts or [llm.encode(text, chat=chat)[0] for text in texts]
+            if dtype in settings.dtypes:
+                single.append(_pyagent_single(llm, dtype, prompts, settings.new_tokens))
+            if dtype == main_dtype and precision == main_precision:
+                aggregate = [_pyagent_aggregate(llm, dtype, prompts, n, settings.aggregate_new_tokens)
+                             for n in settings.concurrency]
+            if settings.pp_tg is not None and dtype in settings.dtypes:
+                pp_tg.append(pyagent_pp_tg(llm, dtype, settings.pp_tg))
+            llm.close()
     transformers_info, rows = transformers_peer(source, prompts, settings.new_tokens)
     single += rows
     llama_info: dict[str, Any] = {"available": False, "reason": "a checkpoint folder, not a GGUF file"}
@@ -319,18 +343,20 @@ def run_engine_benchmark(settings: EngineBenchSettings) -> dict[str, Any]:
                           "repetitions": settings.pp_tg.repetitions, "binary": str(settings.pp_tg.binary),
                           "peer": {"available": peer is not None, "reason": reason}, "rows": pp_tg,
                           "ratios": pp_tg_ratios(pp_tg, settings.pp_tg, main_dtype if main_dtype in settings.dtypes
-                                                 else settings.dtypes[0])}
+                                                 else settings.dtypes[0], main_precision)}
     return {
         "benchmark": "engine",
         "model": source.name,
         "torch_threads": torch.get_num_threads(),
         "default_dtype": main_dtype,
+        "precision": main_precision,
+        "precisions": precisions,
         "prompt_tokens": [len(p) for p in prompts],
         "new_tokens": settings.new_tokens,
         "aggregate_new_tokens": settings.aggregate_new_tokens,
         "peers": {"transformers": transformers_info, "llama.cpp": llama_info},
         "single_stream": single,
         "aggregate": aggregate,
-        "ratios": ratios(single, aggregate, main_dtype),
+        "ratios": ratios(single, aggregate, main_dtype, main_precision),
         **extra,
     }

@@ -92,6 +92,6 @@ def pyagent_pp_tg(llm: Any, dtype: str, settings: PpTgSettings) -> dict[str, Any
     pp = timed(lambda: settings.prompt_tokens / run(settings.prompt_tokens, 1).time_to_first_token)
     # tg: the decode rate of the steps after the first token, which the one-token prompt gives
     tg = timed(lambda: run(1, settings.gen_tokens + 1).decode_tokens_per_s)
-    return {"engine": "pyagent", "dtype": dtype,
+    return {"engine": "pyagent", "dtype": dtype, "precision": llm.loaded.precision,
             "threads": torch.get_num_threads(), "pp_tok_s": statistics.mean(pp), "pp_runs": pp,
             "tg_tok_s": statistics.mean(tg), "tg_runs": tg}

@@ -115,13 +115,14 @@ def _print_engine_report(report: dict[str, Any]) -> None:
     print_table(
         f"single stream, greedy, {report['new_tokens']} new tokens, median of {len(tokens)} prompts "
         f"({min(tokens)}-{max(tokens)} prompt tokens), {report['torch_threads']} torch threads",
-        ["engine", "dtype", "attention", "prefill tok/s", "decode tok/s", "ttft ms"],
-        [(r["engine"], r["dtype"], r.get("attention", ""), _number(r["prefill_tok_s"]), _number(r["decode_tok_s"]),
-          _number(r["ttft_s"] * 1e3)) for r in report["single_stream"]]
-        + [(name, "", "", info["reason"], "", "") for name, info in report["peers"].items() if not info["available"]],
+        ["engine", "dtype", "precision", "attention", "prefill tok/s", "decode tok/s", "ttft ms"],
+        [(r["engine"], r["dtype"], r.get("precision", ""), r.get("attention", ""), _number(r["prefill_tok_s"]),
+          _number(r["decode_tok_s"]), _number(r["ttft_s"] * 1e3)) for r in report["single_stream"]]
+        + [(name, "", "", "", info["reason"], "", "") for name, info in report["peers"].items()
+           if not info["available"]],
     )
     print_table(
-        f"pyagent aggregate, {report['aggregate_new_tokens']} new tokens per request",
+        f"pyagent aggregate ({report['precision']}), {report['aggregate_new_tokens']} new tokens per request",
         ["concurrent requests", "dtype", "attention", "output tokens", "wall s", "output tok/s"],
         [(r["concurrency"], r["dtype"], r["attention"], r["output_tokens"], _number(r["wall_s"], 2),
           _number(r["tok_s"])) for r in report["aggregate"]],
@@ -131,10 +132,10 @@ def _print_engine_report(report: dict[str, Any]) -> None:
         pp, tg = pp_tg["prompt_tokens"], pp_tg["gen_tokens"]
         print_table(
             f"pp{pp} and tg{tg} against llama-bench, mean of {pp_tg['repetitions']} runs each",
-            ["engine", "dtype", "threads", f"pp{pp} tok/s", f"tg{tg} tok/s"],
-            [(r["engine"], r.get("dtype", r.get("model_type", "")), r["threads"], _number(r["pp_tok_s"]),
-              _number(r["tg_tok_s"])) for r in pp_tg["rows"]]
-            + ([] if pp_tg["peer"]["available"] else [("llama.cpp", "", "", pp_tg["peer"]["reason"], "")]),
+            ["engine", "dtype", "precision", "threads", f"pp{pp} tok/s", f"tg{tg} tok/s"],
+            [(r["engine"], r.get("dtype", r.get("model_type", "")), r.get("precision", ""), r["threads"],
+              _number(r["pp_tok_s"]), _number(r["tg_tok_s"])) for r in pp_tg["rows"]]
+            + ([] if pp_tg["peer"]["available"] else [("llama.cpp", "", "", "", pp_tg["peer"]["reason"], "")]),
         )
     _print_ratios([*report["ratios"], *(pp_tg["ratios"] if pp_tg else [])])
 
@@ -160,6 +161,9 @@ def engine(
         "--model", help="A .gguf file or checkpoint folder of any installed architecture (default: embedded).")] = None,
     llama_bench: Annotated[Path | None, typer.Option(
         help="llama.cpp's llama-bench binary: adds pp512 and tg128 of pyagent and llama.cpp on the same GGUF.")] = None,
+    precision: Annotated[list[str] | None, typer.Option(
+        help="pyagent's precision for a GGUF's quantized matrices, int8 or exact (repeat to measure both; "
+             "default: the engine's, see --precision of generate).")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -178,8 +182,10 @@ def engine(
         raise typer.BadParameter(f"{model} is not a .gguf file; llama-bench and pyagent must read the same GGUF",
                                  param_hint="--llama-bench")
     pp_tg = None if llama_bench is None else PpTgSettings(binary=llama_bench, threads=torch.get_num_threads())
-    settings = (EngineBenchSettings.quick(dtypes, attention, model=model, pp_tg=pp_tg) if quick
-                else EngineBenchSettings(dtypes=dtypes, attention=attention, model=model, pp_tg=pp_tg))
+    precisions = tuple(precision or ())
+    settings = (EngineBenchSettings.quick(dtypes, attention, model=model, pp_tg=pp_tg, precisions=precisions) if quick
+                else EngineBenchSettings(dtypes=dtypes, attention=attention, model=model, pp_tg=pp_tg,
+                                         precisions=precisions))
     report = run_engine_benchmark(settings)
     if save_or_print_json(report, out, json_out):
         return

@@ -36,6 +36,10 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="A .gguf file or c
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
 DequantizeOpt = Annotated[bool, typer.Option(
     "--dequantize", help="Dequantize a GGUF's block-quantized matrices at load instead of decoding them per step.")]
+PrecisionOpt = Annotated[str | None, typer.Option(
+    "--precision", help="Products with a GGUF's quantized matrices: int8 (int8 activations, integer dot products, "
+    "as llama.cpp) or exact (the dequantized model's bits). Default: $PYAGENT_PRECISION, pyagent.toml's "
+    "[engine] precision, else int8.")]
 AttentionOpt = Annotated[str | None, typer.Option("--attention", help="Attention backend (default: selection).")]
 AttentionOptsOpt = Annotated[list[str] | None, typer.Option("--attention-opt", help="Attention option KEY=VALUE.")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Most tokens to generate per request.")]
@@ -79,7 +83,8 @@ def _progress() -> Callable[[int, int, str], None]:
 def build_llm(model: str | None, dtype: str, attention: str | None, attention_opt: list[str] | None,
               kv_cache_gib: float, structured: StructuredConfig | None = None,
               speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
-              cache: Mapping[str, Any] | None = None, dequantize: bool = False) -> LLM:
+              cache: Mapping[str, Any] | None = None, dequantize: bool = False,
+              precision: str | None = None) -> LLM:
     """Load the model and build the engine with the selected backends and sampler chain."""
     from pyagent_engine.api.llm import LLM
     from pyagent_engine.core.config import EngineConfig
@@ -88,7 +93,7 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
     return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
                samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
                config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
-               speculative=speculative, quantized=not dequantize)
+               speculative=speculative, quantized=not dequantize, precision=precision)
 
 
 def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
@@ -168,6 +173,7 @@ def generate(
     strict: Annotated[bool, typer.Option("--strict", help=(
         "With --input, stop before generating if any line is bad (default: bad lines fail alone)."))] = False,
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
+    precision: PrecisionOpt = None,
     attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 128,
     temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0, top_k: TopKOpt = 0, seed: SeedOpt = None, stop: StopOpt = None,
@@ -219,7 +225,7 @@ def generate(
                                   scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
-                    dequantize)
+                    dequantize, precision)
     llm.check_params(params)
     if input_path and llm.loaded.chat_template is not None:
         lines = input_file.check_messages(input_path, lines, llm.loaded.chat_template)
@@ -318,7 +324,8 @@ def _emit(line: input_file.PromptLine, output: RequestOutput, llm: LLM, json_out
 
 def chat(
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
-    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, max_tokens: MaxTokensOpt = 512,
+    precision: PrecisionOpt = None, attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None,
+    max_tokens: MaxTokensOpt = 512,
     temperature: TemperatureOpt = 0.7,
     top_p: TopPOpt = 0.95, top_k: TopKOpt = 0, seed: SeedOpt = None, system: SystemOpt = None,
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
@@ -342,7 +349,7 @@ def chat(
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             extra=sampler.params if sampler else {})
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize,
-                    cache=batch_flags.scheduler_config(scheduler, scheduler_opt))
+                    cache=batch_flags.scheduler_config(scheduler, scheduler_opt), precision=precision)
     llm.check_params(params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     editor = LineEditor(sys.stdin.isatty())

@@ -27,6 +27,7 @@ from pyagent_engine.cli.generate import (
     DtypeOpt,
     KvOpt,
     ModelOpt,
+    PrecisionOpt,
     build_llm,
     engine_fields,
 )
@@ -87,7 +88,8 @@ def parser_name(given: str | None, template: ChatTemplate | None, detect: str) -
 
 def serve(
     model: ModelOpt = None, dtype: DtypeOpt = DEFAULT_DTYPE, dequantize: DequantizeOpt = False,
-    attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None, kv_cache_gib: KvOpt = 1.0,
+    precision: PrecisionOpt = None, attention: AttentionOpt = None, attention_opt: AttentionOptsOpt = None,
+    kv_cache_gib: KvOpt = 1.0,
     grammar_order: constraints.GrammarOrderOpt = None, grammar_timeout: constraints.GrammarTimeoutOpt = 30.0,
     no_jump_forward: constraints.NoJumpForwardOpt = False, grammar_cache_mib: constraints.GrammarCacheOpt = None,
     speculative: spec_cli.SpeculativeOpt = None, num_draft_tokens: spec_cli.NumDraftOpt = 8,
@@ -143,7 +145,7 @@ def serve(
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
                     structured,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
-                    dequantize)
+                    dequantize, precision)
     template = chat_template(llm, template_path)
     config = ServerConfig(
         model_names=names, api_key=api_key,

@@ -5,8 +5,9 @@ Weights are named as Hugging Face names them for the model's architecture (``mod
 (the halves that rotate-half RoPE pairs), whatever file they came from. The architecture's model
 plugin (found through the registry, :mod:`pyagent_engine.models.architectures`) reads the config.
 A GGUF's block-quantized matrices stay quantized (:class:`~pyagent_kernels.quantized.QuantizedWeight`);
-a folder written with ``keep_quantized`` stores their packed bytes as ``uint8`` tensors, named in the
-safetensors metadata (``quantized:<name>`` -> ``<format>/<in_features>``).
+a folder written with ``keep_quantized`` stores their GGUF blocks as ``uint8`` tensors, named in the
+safetensors metadata (``quantized:<name>`` -> ``<format>/<in_features>/gguf``; ``<format>/<in_features>``
+for rows in the exact product's layout).
 """
 
 from __future__ import annotations
@@ -95,8 +96,9 @@ def _read_shard(shard: Path) -> dict[str, Weight]:
     for key, value in metadata.items():
         if key.startswith(QUANTIZED_KEY):
             name = key.removeprefix(QUANTIZED_KEY)
-            fmt, in_features = value.split("/")
-            weights[name] = QuantizedWeight(tensors[name], fmt, int(in_features))
+            fmt, in_features, *stored = value.split("/")
+            weights[name] = (QuantizedWeight.from_gguf(tensors[name], fmt, int(in_features)) if stored == ["gguf"]
+                             else QuantizedWeight(tensors[name], fmt, int(in_features)))
     return weights
 
 
@@ -157,8 +159,9 @@ def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bo
 
     Files: ``config.json``, ``model.safetensors`` (one shard), ``tokenizer.json`` and
     ``tokenizer_config.json`` (chat template and special tokens). ``folder`` is created if needed.
-    Quantized weights are written dequantized to float32, or with ``keep_quantized`` as their packed
-    bytes (which only :func:`read_checkpoint` understands).
+    Quantized weights are written dequantized to float32, or with ``keep_quantized`` as their GGUF
+    blocks (or, for rows of the exact layout alone, their packed bytes), which only
+    :func:`read_checkpoint` understands.
     """
     folder.mkdir(parents=True, exist_ok=True)
     config = checkpoint.config
@@ -168,6 +171,10 @@ def write_checkpoint(checkpoint: Checkpoint, folder: Path, *, keep_quantized: bo
     for name, weight in checkpoint.weights.items():
         if isinstance(weight, torch.Tensor):
             tensors[name] = weight.contiguous()
+        elif keep_quantized and weight.gguf_parts is not None and len(weight.gguf_parts) == 1:
+            fmt, blocks = weight.gguf_parts[0]  # the file's blocks, which both precisions read
+            tensors[name] = blocks
+            metadata[QUANTIZED_KEY + name] = f"{fmt}/{weight.in_features}/gguf"
         elif keep_quantized:
             tensors[name] = weight.packed
             metadata[QUANTIZED_KEY + name] = f"{weight.format}/{weight.in_features}"

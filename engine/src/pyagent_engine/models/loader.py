@@ -15,7 +15,7 @@ from pyagent_core.registry import Registry
 from pyagent_engine.models import conversion_cache
 from pyagent_engine.models.chat_template import ChatTemplate
 from pyagent_engine.models.checkpoint import Checkpoint, read_checkpoint
-from pyagent_engine.models.config import DEFAULT_DTYPE
+from pyagent_engine.models.config import DEFAULT_DTYPE, resolve_precision
 from pyagent_engine.models.embedded import EMBEDDED_DIST, find_embedded_gguf
 from pyagent_engine.models.gguf_file import ProgressCallback, read_gguf
 from pyagent_engine.models.tokenizer import Tokenizer
@@ -47,6 +47,11 @@ class LoadedModel:
     def dtype(self) -> torch.dtype:
         """The working dtype of weights, activations and KV cache."""
         return resolve_dtype(self.model.context.dtype)
+
+    @property
+    def precision(self) -> str:
+        """How products with block-quantized matrices run: ``"int8"`` or ``"exact"``."""
+        return self.model.context.precision
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -113,6 +118,7 @@ def load_model(
     progress: ProgressCallback | None = None,
     use_cache: bool = True,
     quantized: bool = True,
+    precision: str | None = None,
     registry: Registry | None = None,
 ) -> LoadedModel:
     """Load a model of any architecture an installed model plugin serves, for the engine.
@@ -127,9 +133,12 @@ def load_model(
             load of a file only, when the cache is used).
         use_cache: read and fill the conversion cache (see
             :mod:`pyagent_engine.models.conversion_cache`).
-        quantized: keep a GGUF's block-quantized matrices in their blocks, decoded by the
-            linear kernel into the values dequantizing gives (same results, fewer bytes read per
-            token); false dequantizes them to ``dtype`` at load.
+        quantized: keep a GGUF's block-quantized matrices in their blocks, read by the linear kernel
+            (fewer bytes per token); false dequantizes them to ``dtype`` at load.
+        precision: how products with those blocks run: ``"int8"`` (int8-quantized activations,
+            integer dot products, as llama.cpp) or ``"exact"`` (the dequantized values: the dense
+            model's bits); ``None``: :func:`~pyagent_engine.models.config.resolve_precision`'s choice
+            (environment, ``pyagent.toml``, else int8).
         registry: where the architecture's model plugin is looked up (default: the installed plugins).
 
     Raises:
@@ -139,13 +148,16 @@ def load_model(
             the installed ones), or a tokenizer or feature pyagent does not run; the message names it
             and what is supported.
         ModelLoadError: an unsupported ``dtype``.
+        ConfigError: an unknown precision (argument, environment or file).
     """
     torch_dtype = resolve_dtype(dtype)
+    chosen = resolve_precision(precision)
     source = resolve_model_path(path)
     checkpoint, from_cache = read_model(source, progress=progress, use_cache=use_cache, registry=registry)
     architecture = checkpoint.architecture
     context = ModelContext(config=checkpoint.config, weights=checkpoint.weights,
-                           dtype=str(torch_dtype).removeprefix("torch."), device=str(device), quantized=quantized)
+                           dtype=str(torch_dtype).removeprefix("torch."), device=str(device), quantized=quantized,
+                           precision=chosen)
     try:
         model = architecture.model_class(architecture.options, context)
     except ModelLoadError:

@@ -36,6 +36,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import gguf
 import torch
 
@@ -55,7 +56,7 @@ from pyagent_core.interfaces.model import (
 )
 from pyagent_kernels import run_prepared
 from pyagent_kernels.layer_ops import add_rms_norm
-from pyagent_kernels.linear import linear
+from pyagent_kernels.linear import Precision, linear
 from pyagent_kernels.quantized import QuantizedWeight, shared_format
 from pyagent_model_base.layout import DecoderLayout
 from pyagent_model_base.lora.reading import read_adapter
@@ -257,6 +258,7 @@ class DecoderLM(CausalLM):
         self.dtype = dtype = DTYPES[context.dtype]
         self.device = torch.device(context.device)
         keep_quantized = context.quantized and self.device.type == "cpu"
+        self.precision: Precision = "int8" if context.precision == "int8" else "exact"
 
         def dense(*names: str) -> torch.Tensor:
             parts = [weights[name] for name in names]
@@ -267,8 +269,11 @@ class DecoderLM(CausalLM):
         def get(*names: str) -> Weight:
             parts = [weights[name] for name in names]
             quantized = [part for part in parts if isinstance(part, QuantizedWeight)]
-            if keep_quantized and len(quantized) == len(parts) and shared_format(quantized) is not None:
-                return quantized[0] if len(quantized) == 1 else QuantizedWeight.cat(quantized)
+            if keep_quantized and len(quantized) == len(parts) and self._runs(quantized):
+                fused = quantized[0] if len(quantized) == 1 else QuantizedWeight.cat(quantized)
+                if self.precision == "int8":
+                    fused.int8_parts()  # interleave the blocks now, not in the first step
+                return fused
             return dense(*names)
 
         layout = self.layout
@@ -299,6 +304,14 @@ class DecoderLM(CausalLM):
         self.lora: LoRASlots | None = None
         self._lora_plans: dict[tuple[int, int], tuple[StepPlan, torch.Tensor, int]] = {}
 
+    def _runs(self, parts: Sequence[QuantizedWeight]) -> bool:
+        """Whether quantized ``parts`` (one fused matrix) can stay in their blocks at this precision: int8
+        reads each part's GGUF blocks (any mix of formats, if the blocks are known); exact needs one block
+        layout that holds them all."""
+        if self.precision == "int8":
+            return all(part.gguf_parts is not None for part in parts) and len({p.in_features for p in parts}) == 1
+        return shared_format(parts) is not None
+
     def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos`` and ``sin`` of every position's rotation angles, ``[max_positions, head_dim]``.
 
@@ -312,6 +325,27 @@ class DecoderLM(CausalLM):
         angles = torch.outer(positions, inv_freq)
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def decode_weight_bytes(self) -> int:
+        """Bytes of weights a one-token step reads: every layer's matrices (a quantized one in the layout
+        its precision reads: int8's is the GGUF file's bytes, exact's widens the scales and splits the
+        K-quants), the norms, and the whole output head (plus the token's embedding row when the head is
+        not tied to it). The bound a memory-bound decode step cannot beat is this over the bandwidth."""
+
+        def size(weight: Weight | None) -> int:
+            if weight is None:
+                return 0
+            if isinstance(weight, QuantizedWeight):
+                if self.precision == "int8":
+                    return sum(groups.numel() for _, groups, _ in weight.int8_parts())
+                return weight.packed.numel()
+            return weight.numel() * weight.element_size()
+
+        layers = sum(size(getattr(layer, field.name)) for layer in self.layers for field in attrs.fields(LayerWeights))
+        head = size(self.lm_head) + size(self.norm)
+        if self.lm_head is not self.embed_tokens:
+            head += size(self.embed_tokens) // self.config.vocab_size
+        return layers + head
 
     def forward(
         self,
@@ -358,7 +392,7 @@ class DecoderLM(CausalLM):
         return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
 
     def _plan(self, workspace: Workspace, tokens: int, threads: int) -> StepPlan:
-        return StepPlan(self.config, self.layers, workspace, tokens, threads)
+        return StepPlan(self.config, self.layers, workspace, tokens, threads, self.precision)
 
     # --- LoRA adapters -------------------------------------------------------------------------
 
@@ -450,4 +484,4 @@ class DecoderLM(CausalLM):
         if plan.calls:
             hidden += plan.delta
         last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)
-        return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads)
+        return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads, precision=self.precision)

@@ -328,6 +328,9 @@ class HybridLM(CausalLM):
     # --- the forward -------------------------------------------------------------------------------
 
     def __init__(self, options: Mapping[str, Any], context: ModelContext) -> None:
+        # The hybrid families multiply GGUF blocks exactly (their dequantized values' bits) at any
+        # requested precision: the int8 products are DecoderLM's; the context says what runs.
+        context = attrs.evolve(context, precision="exact")
         super().__init__(options, context)
         check_weights(self.config, context.weights, self.weight_shapes(self.config))
         if context.dtype not in DTYPES:
@@ -355,7 +358,7 @@ class HybridLM(CausalLM):
         from pyagent_kernels.linear import linear
 
         normed = rms_norm(rows, self.final_norm, self.config.rms_norm_eps)
-        return linear(normed.contiguous(), self.lm_head, out_dtype=torch.float32, threads=threads)
+        return linear(normed.contiguous(), self.lm_head, out_dtype=torch.float32, threads=threads, precision="exact")
 
     def forward(
         self,

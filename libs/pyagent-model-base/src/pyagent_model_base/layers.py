@@ -45,9 +45,9 @@ def norm_then_gate(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
 
 
 def dense(x: torch.Tensor, weight: Weight, threads: int) -> torch.Tensor:
-    """``x @ weight.T`` for ``x [..., in]`` (batch-invariant rows)."""
+    """``x @ weight.T`` for ``x [..., in]`` (batch-invariant rows; GGUF blocks multiplied exactly)."""
     rows = x.reshape(-1, x.shape[-1]).contiguous()
-    return linear(rows, weight, threads=threads).view(*x.shape[:-1], weight.shape[0])
+    return linear(rows, weight, threads=threads, precision="exact").view(*x.shape[:-1], weight.shape[0])
 
 
 def swiglu(x: torch.Tensor, gate_up: Weight, down: Weight, threads: int) -> torch.Tensor:

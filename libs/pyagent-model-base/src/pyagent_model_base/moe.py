@@ -116,7 +116,8 @@ def moe_forward(x: torch.Tensor, weights: MoeWeights, routing: Routing, threads:
     if weights.shared_gate_up is not None and weights.shared_down is not None:
         shared = swiglu(x, weights.shared_gate_up, weights.shared_down, threads)
         if weights.shared_gate is not None:
-            shared = torch.sigmoid(linear(x.contiguous(), weights.shared_gate, threads=threads)) * shared
+            gate = linear(x.contiguous(), weights.shared_gate, threads=threads, precision="exact")
+            shared = torch.sigmoid(gate) * shared
         out = out + shared
     return out
 

@@ -16,7 +16,7 @@ import torch
 from pyagent_core.interfaces.model import ModelConfig
 from pyagent_kernels import PreparedCall
 from pyagent_kernels.layer_ops import prepare_add_rms_norm, prepare_rope_split, prepare_silu_mul
-from pyagent_kernels.linear import prepare_linear
+from pyagent_kernels.linear import Precision, prepare_linear
 from pyagent_kernels.quantized import QuantizedWeight
 
 #: Steps of at most this many tokens reuse their model's buffers and prepared kernel calls; larger
@@ -94,11 +94,12 @@ class StepPlan:
     (``delta``) to ``hidden``, normalizes it and projects it into ``qkv`` (adding the bias and
     normalizing the q/k heads where the layer has them), then rotates and splits it into ``q``,
     ``k``, ``v``; the attention output then goes into ``attended``; ``after`` projects it, adds it to
-    ``hidden`` and runs the MLP into ``delta``.
+    ``hidden`` and runs the MLP into ``delta``. Products with quantized weights run at ``precision``
+    (:func:`pyagent_kernels.linear.linear`'s "exact" or "int8").
     """
 
     def __init__(self, config: ModelConfig, layers: Sequence[LayerWeights], workspace: Workspace, tokens: int,
-                 threads: int) -> None:
+                 threads: int, precision: Precision) -> None:
         heads, kv_heads, dim, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
         take = workspace.take
         self.layers = list(layers)
@@ -115,7 +116,7 @@ class StepPlan:
         def projection(index: int, layer: LayerWeights) -> tuple[PreparedCall, ...]:
             calls = [
                 prepare_add_rms_norm(self.hidden, layer.input_norm, eps, self.delta if index else None, normed),
-                prepare_linear(normed, layer.qkv, qkv, threads=threads),
+                prepare_linear(normed, layer.qkv, qkv, threads=threads, precision=precision),
             ]
             bias, q_norm, k_norm = layer.qkv_bias, layer.q_norm, layer.k_norm
             if bias is not None:
@@ -131,11 +132,12 @@ class StepPlan:
             (
                 projection(index, layer),
                 (
-                    prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads),
+                    prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads,
+                                   precision=precision),
                     prepare_add_rms_norm(self.hidden, layer.post_norm, eps, projected, normed),
-                    prepare_linear(normed, layer.gate_up, gate_up, threads=threads),
+                    prepare_linear(normed, layer.gate_up, gate_up, threads=threads, precision=precision),
                     prepare_silu_mul(gate_up, activated),
-                    prepare_linear(activated, layer.down, self.delta, threads=threads),
+                    prepare_linear(activated, layer.down, self.delta, threads=threads, precision=precision),
                 ),
             )
             for index, layer in enumerate(self.layers)

@@ -122,3 +122,14 @@ class ForgetfulMixer(ReferenceMixer):
         state[metadata.state_slots] = 0
         return super().ssd(x, dt, A, B, C, D, dt_bias, state, metadata, layer, dt_limit)
 
+
+
+def test_a_hybrid_model_asked_for_int8_multiplies_exactly_and_says_so():
+    """The hybrid families have no int8 products: the context the model keeps (which the engine reports
+    as ``loaded.precision``) says exact."""
+    from pyagent_core.interfaces.model import ModelContext
+
+    kit = TestMamba2()
+    config = kit.make_config()
+    model = Mamba2({}, ModelContext(config=config, weights=kit.make_weights(config), precision="int8"))
+    assert model.context.precision == "exact"

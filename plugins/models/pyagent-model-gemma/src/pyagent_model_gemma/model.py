@@ -179,7 +179,8 @@ class GemmaStepPlan(StepPlan):
     the MLP, runs GeGLU and normalizes the MLP's output into ``delta``."""
 
     def __init__(self, model: Gemma2, workspace: Workspace, tokens: int, threads: int) -> None:
-        super().__init__(model.config, model.layers, workspace, tokens, threads)
+        super().__init__(model.config, model.layers, workspace, tokens, threads, model.precision)
+        precision = model.precision
         config = model.config
         heads, kv_heads, dim, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
         take = workspace.take
@@ -202,7 +203,7 @@ class GemmaStepPlan(StepPlan):
         def before(index: int, layer: LayerWeights) -> tuple[PreparedCall, ...]:
             calls = [torch_step("embed_scale", lambda: hidden.mul_(normalizer), (hidden,))] if index == 0 else []
             calls += [prepare_add_rms_norm(hidden, layer.input_norm, eps, delta if index else None, normed),
-                      prepare_linear(normed, layer.qkv, qkv, threads=threads)]
+                      prepare_linear(normed, layer.qkv, qkv, threads=threads, precision=precision)]
             q_norm, k_norm = layer.q_norm, layer.k_norm
             if q_norm is not None and k_norm is not None:
                 calls.append(torch_step("qk_norm", lambda: qk_norm(q_norm, k_norm), (qkv, q_norm, k_norm)))
@@ -212,12 +213,13 @@ class GemmaStepPlan(StepPlan):
 
         def after(layer: LayerWeights, extra: GemmaLayer) -> tuple[PreparedCall, ...]:
             return (
-                prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads),
+                prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads,
+                               precision=precision),
                 prepare_add_rms_norm(projected, layer.post_norm, eps, None, delta),
                 prepare_add_rms_norm(hidden, extra.pre_mlp_norm, eps, delta, normed),
-                prepare_linear(normed, layer.gate_up, gate_up, threads=threads),
+                prepare_linear(normed, layer.gate_up, gate_up, threads=threads, precision=precision),
                 torch_step("geglu", geglu, (gate_up, activated)),
-                prepare_linear(activated, layer.down, projected, threads=threads),
+                prepare_linear(activated, layer.down, projected, threads=threads, precision=precision),
                 prepare_add_rms_norm(projected, extra.post_mlp_norm, eps, None, delta),
             )
 

@@ -243,7 +243,8 @@ class GraniteHybrid(HybridLM):
     def logits(self, rows: torch.Tensor, threads: int) -> torch.Tensor:
         """The logits divided by ``logits_scaling``."""
         normed = rms_norm(rows, self.final_norm, self.config.rms_norm_eps)
-        logits = linear(normed.contiguous(), self.lm_head, out_dtype=torch.float32, threads=threads)
+        logits = linear(normed.contiguous(), self.lm_head, out_dtype=torch.float32, threads=threads,
+                        precision="exact")
         return logits / self.config.settings["logits_scaling"]
 
     def build_blocks(self, reader: WeightReader) -> list[Block]:
