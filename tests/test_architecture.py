@@ -101,6 +101,7 @@ ENGINE_LAYERS = (
     "server | benchmarks",
     "api | kvsim | metrics",
     "core",
+    "stages",
     "spec",
     "sampling | structured | scheduling",
     "kv | models",

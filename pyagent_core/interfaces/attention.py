@@ -4,7 +4,8 @@ The KV cache of one layer is a single tensor laid out as
 ``[2, num_blocks, block_size, num_kv_heads, head_size]``: index 0 of the first dimension holds keys,
 index 1 values. A *slot* is a flat position in the cache, ``slot = block_id * block_size + offset``;
 token ``pos`` of sequence ``s`` lives at block ``block_tables[s, pos // block_size]``, offset
-``pos % block_size``. The block size is ``kv_cache.shape[2]``.
+``pos % block_size`` (:func:`cache_slots` computes the slots of a sequence's positions). The block
+size is ``kv_cache.shape[2]``.
 
 A batch mixes sequences freely: a prefill (many new tokens, maybe after cached context: chunked
 prefill or a prefix-cache hit), a decode step (one new token) or a draft tree being verified. The
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -44,6 +45,17 @@ def _expect(condition: bool, message: str) -> None:
 
 def _windows(windows: Iterable[int | None]) -> tuple[int | None, ...]:
     return tuple(windows)
+
+
+def cache_slots(block_table: Sequence[int], positions: Iterable[int], block_size: int) -> list[int]:
+    """The cache slot of each of ``positions`` of a sequence whose blocks are ``block_table``.
+
+    Position ``pos`` lives at offset ``pos % block_size`` of block ``block_table[pos // block_size]``,
+    so its slot (the flat index into a layer's cache, see the module docstring) is
+    ``block_table[pos // block_size] * block_size + pos % block_size``. Hosts build
+    :attr:`AttentionMetadata.slot_mapping` with it; ``block_table`` must cover every position.
+    """
+    return [block_table[pos // block_size] * block_size + pos % block_size for pos in positions]
 
 
 def visible_mask(

@@ -18,7 +18,7 @@ import attrs
 import pytest
 import torch
 
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
+from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata, cache_slots
 from pyagent_core.testing.base import BackendConformance
 from pyagent_core.testing.support import expect_raises
 from pyagent_core.types import AttentionSpec
@@ -120,7 +120,7 @@ def make_batch(
         own = order[start:start + need]
         start += need
         tables.append(own + [order[(start + i) % num_blocks] for i in range(max_blocks - need)])
-        slots += [own[p // block_size] * block_size + p % block_size for p in range(ctx, n)]
+        slots += cache_slots(own, range(ctx, n), block_size)
     num_tokens = sum(shape.query_lens)
 
     def randn(*size: int) -> torch.Tensor:
@@ -190,8 +190,7 @@ def reference_attention(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     starts = md.query_start_loc.tolist()
     for s, seq_len in enumerate(md.seq_lens.tolist()):
         lo, hi = starts[s], starts[s + 1]
-        positions = torch.arange(seq_len)
-        slots = md.block_tables[s].long()[positions // block_size] * block_size + positions % block_size
+        slots = torch.tensor(cache_slots(md.block_tables[s].tolist(), range(seq_len), block_size))
         keys = flat[0, slots].float().repeat_interleave(group, dim=1)
         values = flat[1, slots].float().repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", batch.q[lo:hi].float(), keys) * batch.scale

@@ -1,15 +1,24 @@
 """Meta-tests of the attention kit: the scaffold's SDPA backend passes it, broken variants fail it
 (windows ignored, off by one, taken from the wrong layer or counted in cache positions under a
 tree; scores left uncapped); the kit's window is transformers'; the context a backend is built from
-refuses head layouts, windows and caps that cannot work."""
+refuses head layouts, windows and caps that cannot work; ``cache_slots`` addresses the cache as its
+``[2, num_blocks, block_size, ...]`` layout does."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata, visible_mask
+from pyagent_core.interfaces.attention import (
+    AttentionBackend,
+    AttentionContext,
+    AttentionMetadata,
+    cache_slots,
+    visible_mask,
+)
 from pyagent_core.testing.attention import AttentionConformance, Shape, make_batch, visible_positions
 from pyagent_core.testing.scaffolded import import_template
 
@@ -160,6 +169,21 @@ def test_the_kits_tree_positions_are_depths() -> None:
     assert visible[:, :10].sum(dim=1).tolist() == [2, 1, 1, 0]
     assert torch.equal(visible[:, 10:], chain_of_siblings)
     assert torch.equal(visible_mask(4, 14, chain_of_siblings, 3), visible)
+
+
+@given(block_size=st.integers(1, 8), data=st.data())
+def test_cache_slots_address_the_block_and_offset_of_each_position(block_size: int, data: st.DataObject) -> None:
+    """Slot ``s`` of position ``p`` is the flat index of ``cache[:, table[p // bs], p % bs]`` in the cache
+    viewed as ``[2, num_blocks * block_size, ...]`` (torch's own indexing is the oracle)."""
+    num_blocks = data.draw(st.integers(1, 6))
+    table = data.draw(st.lists(st.integers(0, num_blocks - 1), min_size=1, max_size=5))
+    positions = data.draw(st.lists(st.integers(0, len(table) * block_size - 1), max_size=12))
+    cache = torch.arange(2 * num_blocks * block_size * 3).view(2, num_blocks, block_size, 3, 1)
+    flat = cache.view(2, -1, 3, 1)
+    slots = cache_slots(table, positions, block_size)
+    assert len(slots) == len(positions)
+    for position, slot in zip(positions, slots, strict=True):
+        assert torch.equal(flat[:, slot], cache[:, table[position // block_size], position % block_size])
 
 
 @pytest.mark.parametrize(("fields", "message"), [

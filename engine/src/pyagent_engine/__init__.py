@@ -1,7 +1,8 @@
 """pyagent-engine: the reference host for pyagent plugins.
 
-Continuous batching over a paged KV cache: requests, scheduler, KV blocks, model runner, the sampler
-chain, structured output and speculative decoding, every stage reached through the registry. The
+Continuous batching over a paged KV cache, one step a pipeline of stages (schedule, inputs, forward,
+masks, select, logprobs, commit, append) over the KV manager, the sampler chain, structured output
+and speculative decoding, every plugin reached through the registry. The
 user-facing entry points are :class:`LLM` and :class:`SamplingParams`::
 
     from pyagent_engine import LLM, SamplingParams

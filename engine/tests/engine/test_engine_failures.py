@@ -75,10 +75,10 @@ def check_the_fragile_request_failed_alone(outputs: list[RequestOutput], referen
 
 
 def test_a_processor_failing_on_one_request_fails_it_alone(fragile_llm, reference):
-    free = fragile_llm.engine.scheduler.pool.num_free
+    free = fragile_llm.engine.scheduler.kv.num_free
     outputs = fragile_llm.generate(PROMPTS, [GREEDY, FRAGILE, GREEDY], chat=True)
     check_the_fragile_request_failed_alone(outputs, reference)
-    assert fragile_llm.engine.scheduler.pool.num_free == free
+    assert fragile_llm.engine.scheduler.kv.num_free == free
 
 
 def test_with_speculative_decoding_a_processor_failing_on_one_request_fails_it_alone(
@@ -86,47 +86,47 @@ def test_with_speculative_decoding_a_processor_failing_on_one_request_fails_it_a
     engine = Engine(fragile_llm.loaded, registry=failing_registry, attention="paged", samplers="tp_fragile",
                     config=EngineConfig(kv_cache_gib=0.02),
                     speculative=SpeculativeConfig(proposer="ngram", num_draft_tokens=4))
-    free = engine.scheduler.pool.num_free
+    free = engine.scheduler.kv.num_free
     with SharedEngine(engine).session() as session:
         for prompt, params in zip(PROMPTS, [GREEDY, FRAGILE, GREEDY], strict=True):
             session.add(session.new_id(), fragile_llm.encode(prompt, chat=True)[0], params, prompt)
         finals = {o.request_id: o for o in session if o.finished}
     check_the_fragile_request_failed_alone([finals[request_id] for request_id in session.request_ids], reference)
-    assert engine.scheduler.pool.num_free == free
+    assert engine.scheduler.kv.num_free == free
     engine.close()
 
 
 def test_after_an_interrupt_the_blocks_are_free_and_the_llm_works(fragile_llm, reference):
     """Twelve interrupted calls used to leak every block, and the next call died with KeyError: '0'."""
-    free = fragile_llm.engine.scheduler.pool.num_free
+    free = fragile_llm.engine.scheduler.kv.num_free
     interrupt = SamplingParams(temperature=0, max_tokens=12, extra={"interrupt": True})
     for _ in range(12):
         with pytest.raises(KeyboardInterrupt):
             fragile_llm.generate(PROMPTS, [GREEDY, interrupt, GREEDY], chat=True)
-        assert fragile_llm.engine.scheduler.pool.num_free == free
+        assert fragile_llm.engine.scheduler.kv.num_free == free
     outputs = fragile_llm.generate(PROMPTS, GREEDY, chat=True)
     assert [o.output_token_ids for o in outputs] == [reference[p] for p in PROMPTS]
     assert len({o.request_id for o in outputs}) == 3 and "0" not in {o.request_id for o in outputs}
 
 
 def test_a_stream_closed_early_aborts_its_requests(fragile_llm, reference):
-    free = fragile_llm.engine.scheduler.pool.num_free
+    free = fragile_llm.engine.scheduler.kv.num_free
     stream = fragile_llm.stream(PROMPTS, GREEDY, chat=True)
     next(stream)
     stream.close()
-    assert fragile_llm.engine.scheduler.pool.num_free == free and not fragile_llm.engine.has_unfinished()
+    assert fragile_llm.engine.scheduler.kv.num_free == free and not fragile_llm.engine.has_unfinished()
     assert fragile_llm.generate([PROMPTS[0]], GREEDY, chat=True)[0].output_token_ids == reference[PROMPTS[0]]
 
 
 def test_a_kernel_failing_on_one_sequence_fails_it_alone(failing_registry, reference):
     llm = build(failing_registry, attention="tp_limited")
     try:
-        free = llm.engine.scheduler.pool.num_free
+        free = llm.engine.scheduler.kv.num_free
         outputs = llm.generate([PROMPTS[0], LONG_PROMPT, PROMPTS[1]], GREEDY, chat=True)
         assert [o.error is None for o in outputs] == [True, False, True] and outputs[1].finish_reason == "error"
         assert "model step failed" in outputs[1].error and "exceeds its 48" in outputs[1].error
         assert [outputs[0].output_token_ids, outputs[2].output_token_ids] == [reference[p] for p in PROMPTS[:2]]
-        assert llm.engine.scheduler.pool.num_free == free
+        assert llm.engine.scheduler.kv.num_free == free
     finally:
         llm.close()
 
@@ -177,7 +177,7 @@ def test_interleaved_streams_each_get_their_own_tokens(llm_bf16, reference):
 
 
 def test_threads_sharing_one_llm_each_get_their_own_outputs(llm_bf16, reference):
-    free = llm_bf16.engine.scheduler.pool.num_free
+    free = llm_bf16.engine.scheduler.kv.num_free
     results: dict[int, list[list[int]]] = {}
     errors: list[BaseException] = []
 
@@ -195,7 +195,7 @@ def test_threads_sharing_one_llm_each_get_their_own_outputs(llm_bf16, reference)
         thread.join(timeout=120)
     assert not errors and not any(t.is_alive() for t in threads)
     assert results == {i: [reference[PROMPTS[i % 3]], reference[PROMPTS[(i + 1) % 3]]] for i in range(4)}
-    assert llm_bf16.engine.scheduler.pool.num_free == free
+    assert llm_bf16.engine.scheduler.kv.num_free == free
 
 
 def install_failing_backends(root: Path) -> Path:
@@ -231,7 +231,7 @@ def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(cli, tm
 def test_an_error_outside_the_isolated_stages_fails_the_running_requests(llm_bf16, reference, monkeypatch):
     """A scheduler that raises on its third step ends the two running requests; the LLM goes on."""
     scheduler = llm_bf16.engine.scheduler
-    free, schedule, calls = scheduler.pool.num_free, scheduler.schedule, []
+    free, schedule, calls = scheduler.kv.num_free, scheduler.schedule, []
 
     def flaky_schedule():
         calls.append(1)
@@ -243,7 +243,7 @@ def test_an_error_outside_the_isolated_stages_fails_the_running_requests(llm_bf1
     outputs = llm_bf16.generate(PROMPTS[:2], GREEDY, chat=True)
     assert [o.error for o in outputs] == ["engine step failed: RuntimeError: scheduler bug"] * 2
     assert [len(o.output_token_ids) for o in outputs] == [2, 2]
-    assert scheduler.pool.num_free == free
+    assert scheduler.kv.num_free == free
     assert llm_bf16.generate([PROMPTS[0]], GREEDY, chat=True)[0].output_token_ids == reference[PROMPTS[0]]
 
 
@@ -286,4 +286,4 @@ def test_closing_the_llm_ends_the_calls_of_other_threads_with_abort(engine_facto
     reader.join(timeout=60)
     assert not reader.is_alive() and outputs[-1].finish_reason == "abort"
     assert 0 < len(outputs[-1].output_token_ids) < 500
-    assert llm.engine.scheduler.pool.num_free == llm.engine.num_blocks
+    assert llm.engine.scheduler.kv.num_free == llm.engine.num_blocks

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.scheduling.scheduler import Scheduler
@@ -29,7 +30,7 @@ def simulate(scheduler: Scheduler, requests: list[Request], max_steps: int = 10_
         for chunk in plan.chunks:
             request = chunk.request
             assert chunk.num_tokens > 0
-            assert -(-(request.num_computed_tokens + chunk.num_tokens) // scheduler.block_size) <= len(
+            assert -(-(request.num_computed_tokens + chunk.num_tokens) // scheduler.kv.block_size) <= len(
                 request.block_ids), "a chunk was scheduled without blocks for it"
             request.num_computed_tokens += chunk.num_tokens
             if chunk.sample:
@@ -38,7 +39,7 @@ def simulate(scheduler: Scheduler, requests: list[Request], max_steps: int = 10_
                 if len(request.output_token_ids) == request.params.max_tokens:
                     scheduler.finish(request)
         held = sum(len(r.block_ids) for r in scheduler.running)
-        assert held + scheduler.pool.num_free == scheduler.pool.num_blocks, "blocks leaked"
+        assert held + scheduler.kv.num_free == scheduler.kv.num_blocks, "blocks leaked"
     return steps
 
 
@@ -56,25 +57,25 @@ def make(index: int, prompt: int, out: int) -> Request:
 )
 def test_every_request_finishes_with_all_its_tokens(workload, block_size, budget, max_seqs, spare):
     largest = max(-(-(p + o) // block_size) for p, o in workload)
-    scheduler = Scheduler(BlockPool(largest + spare), block_size, max_seqs, max(budget, max_seqs))
+    scheduler = Scheduler(KVCacheManager(BlockPool(largest + spare), block_size), max_seqs, max(budget, max_seqs))
     requests = [make(i, p, o) for i, (p, o) in enumerate(workload)]
     steps = simulate(scheduler, requests)
     for request in requests:
         assert request.output_token_ids == list(range(request.params.max_tokens))
         assert request.block_ids == []
     assert all(s["tokens"] <= max(budget, max_seqs) and s["seqs"] <= max_seqs for s in steps)
-    assert scheduler.pool.num_free == scheduler.pool.num_blocks
+    assert scheduler.kv.num_free == scheduler.kv.num_blocks
 
 
 def test_long_prompt_is_prefilled_in_chunks_within_the_budget():
-    scheduler = Scheduler(BlockPool(64), 16, 4, 32)
+    scheduler = Scheduler(KVCacheManager(BlockPool(64), 16), 4, 32)
     request = make(0, 100, 1)
     steps = simulate(scheduler, [request])
     assert [s["tokens"] for s in steps] == [32, 32, 32, 4]
 
 
 def test_decodes_go_before_new_prefills():
-    scheduler = Scheduler(BlockPool(64), 4, 4, 8)
+    scheduler = Scheduler(KVCacheManager(BlockPool(64), 4), 4, 8)
     first = make(0, 8, 5)
     scheduler.add(first)
     plan = scheduler.schedule()
@@ -87,7 +88,7 @@ def test_decodes_go_before_new_prefills():
 
 
 def test_memory_pressure_preempts_and_recomputes():
-    scheduler = Scheduler(BlockPool(6), 4, 4, 64)
+    scheduler = Scheduler(KVCacheManager(BlockPool(6), 4), 4, 64)
     requests = [make(i, 7, 9) for i in range(3)]
     steps = simulate(scheduler, requests)
     assert sum(s["preempted"] for s in steps) > 0
@@ -96,7 +97,7 @@ def test_memory_pressure_preempts_and_recomputes():
 
 def test_budget_smaller_than_sequence_limit_is_rejected():
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
-        Scheduler(BlockPool(4), 4, max_num_seqs=8, max_num_batched_tokens=4)
+        Scheduler(KVCacheManager(BlockPool(4), 4), max_num_seqs=8, max_num_batched_tokens=4)
 
 
 def test_block_pool_is_all_or_nothing():

@@ -64,7 +64,7 @@ def test_greedy_output_is_identical_with_speculation(llm_bf16: LLM, baseline: tu
     assert run(engine, prompts) == expected
     stats = engine.speculative.stats if engine.speculative else None
     assert stats is not None and stats.num_drafts > 0, "the proposer never drafted on these prompts"
-    assert engine.scheduler.pool.num_free == engine.num_blocks, "blocks of rejected drafts leaked"
+    assert engine.scheduler.kv.num_free == engine.num_blocks, "blocks of rejected drafts leaked"
 
 
 class OutOfVocab(Proposer):

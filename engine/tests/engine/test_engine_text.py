@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyagent_core.errors import RequestError
-from pyagent_engine.core.text_tracker import TextTracker, held_back
 from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.stages.text_tracker import TextTracker, held_back
 
 
 class CharTokenizer:

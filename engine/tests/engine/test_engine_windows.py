@@ -22,7 +22,6 @@ from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.registry import Registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.api.llm import LLM
-from pyagent_engine.core import runner
 from pyagent_engine.core.attention_choice import AttentionFallbackWarning
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.engine import Engine
@@ -31,6 +30,7 @@ from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.tree import tree_mask
+from pyagent_engine.stages import inputs
 
 WINDOW = 32
 SOFT_CAP = 20.0
@@ -103,7 +103,7 @@ def test_the_backend_attends_with_the_models_windows_and_cap(llm_bf16: LLM, wind
                                                              reference: list[list[int]]) -> None:
     engine = Engine(windowed, config=EngineConfig(kv_cache_gib=0.02))
     try:
-        context = engine.runner.attention.context
+        context = engine.forward.attention.context
         assert context.sliding_windows[:3] == (WINDOW, None, WINDOW) and context.logits_soft_cap == SOFT_CAP
     finally:
         engine.close()
@@ -130,7 +130,7 @@ def test_greedy_tokens_do_not_change_with_speculation(windowed: LoadedModel, pro
         masks.append(mask := tree_mask(*args))  # type: ignore[arg-type]
         return mask
 
-    monkeypatch.setattr(runner, "tree_mask", recorded)
+    monkeypatch.setattr(inputs, "tree_mask", recorded)
     config = SpeculativeConfig(proposer=proposer, num_draft_tokens=8)
     engine = Engine(windowed, config=EngineConfig(kv_cache_gib=0.05), speculative=config)
     assert outputs(run(engine, prompts)) == reference

@@ -27,6 +27,7 @@ from pyagent_core.registry import get_registry
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.kv.block_hash import HASH_NAMES, extend_block_hashes, hash_function
 from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.kv.offload import OffloadTier
 from pyagent_engine.kv.prefix_cache import PrefixCachingBlockPool
 from pyagent_engine.kv.prefix_index import CacheEntry, PrefixIndex
@@ -112,7 +113,7 @@ class Simulation:
     def __init__(self, scheduler: Scheduler, kv: torch.Tensor) -> None:
         self.scheduler = scheduler
         self.kv = kv
-        self.bs = scheduler.block_size
+        self.bs = scheduler.kv.block_size
         self.cached_tokens = 0
         self.preemptions = 0
 
@@ -156,7 +157,7 @@ class Simulation:
 def check_pool(scheduler: Scheduler) -> None:
     """Reference counts equal the running requests holding each block, the parent of a used block is
     used, and free, cached and held blocks add up."""
-    pool = scheduler.prefix_cache
+    pool = scheduler.kv.prefix_cache
     assert pool is not None
     holders: dict[int, int] = {}
     for request in scheduler.running:
@@ -193,7 +194,7 @@ def reference_outputs(workload: list[tuple[list[int], int]]) -> list[list[int]]:
     bs = 4
     total = sum(-(-(len(t) + n) // bs) for t, n in workload)
     kv = torch.zeros((2, total, bs, 1, 1), dtype=torch.float64)
-    scheduler = Scheduler(BlockPool(total), bs, 64, 512)
+    scheduler = Scheduler(KVCacheManager(BlockPool(total), bs), 64, 512)
     requests = [make_request(i, t, n) for i, (t, n) in enumerate(workload)]
     for request in requests:
         scheduler.add(request)
@@ -231,7 +232,8 @@ def check_against_reference(policy: type[EvictionPolicy], options: Mapping[str, 
     expected = reference_outputs([(t, n) for t, n, _, _ in items])
     largest = max(-(-(len(t) + n) // 4) for t, n, _, _ in items)
     pool, kv = make_pool(largest + spare, 4, offload, policy, options)
-    simulation = Simulation(Scheduler(pool, 4, max_seqs, max(budget, max_seqs), scheduling(schedule)), kv)
+    scheduler = Scheduler(KVCacheManager(pool, 4), max_seqs, max(budget, max_seqs), scheduling(schedule))
+    simulation = Simulation(scheduler, kv)
     for wave in range(waves):  # a second wave re-runs the same prompts against a warm cache
         requests = [make_request(i + 100 * wave, t, n, salt, skip) for i, (t, n, salt, skip) in enumerate(items)]
         simulation.run(requests)
@@ -261,7 +263,7 @@ def test_every_installed_policy_drives_the_pool_correctly(name):
 
 def test_a_hit_skips_the_cached_blocks_but_recomputes_the_last_token():
     pool, kv = make_pool(16, 4)
-    simulation = Simulation(Scheduler(pool, 4, 4, 64), kv)
+    simulation = Simulation(Scheduler(KVCacheManager(pool, 4), 4, 64), kv)
     first = make_request(0, list(range(12)), 2)
     simulation.run([first])
     same = make_request(1, list(range(12)), 2)
@@ -278,7 +280,7 @@ def test_a_hit_skips_the_cached_blocks_but_recomputes_the_last_token():
 
 def test_cache_salt_isolates_and_skip_switch_bypasses():
     pool, kv = make_pool(32, 4)
-    simulation = Simulation(Scheduler(pool, 4, 1, 64), kv)
+    simulation = Simulation(Scheduler(KVCacheManager(pool, 4), 1, 64), kv)
     tokens = list(range(13))
     requests = [make_request(0, tokens, 1, salt="a"), make_request(1, tokens, 1, salt="b"),
                 make_request(2, tokens, 1, salt="a"), make_request(3, tokens, 1),
@@ -294,7 +296,7 @@ def test_cache_salt_isolates_and_skip_switch_bypasses():
 
 def test_eviction_takes_leaves_first_and_never_blocks_in_use():
     pool, kv = make_pool(6, 2)
-    simulation = Simulation(Scheduler(pool, 2, 1, 64), kv)
+    simulation = Simulation(Scheduler(KVCacheManager(pool, 2), 1, 64), kv)
     simulation.run([make_request(0, [1, 2, 3, 4, 5, 6, 7], 1)])  # blocks [1,2] [3,4] [5,6] cached, chained
     chain = [pool.index.find(h) for h in pool_hashes(pool, [1, 2, 3, 4, 5, 6])]
     assert None not in chain
@@ -360,7 +362,7 @@ def test_without_history_every_dropped_id_is_forgotten():
 
 def test_blocks_computed_twice_at_once_stay_private_with_everything_after_them():
     pool, kv = make_pool(16, 2)
-    simulation = Simulation(Scheduler(pool, 2, 2, 64), kv)
+    simulation = Simulation(Scheduler(KVCacheManager(pool, 2), 2, 64), kv)
     short = make_request(0, [1, 2, 3], 1)
     long = make_request(1, [1, 2, 5, 6, 7, 8, 9], 6)
     simulation.run([short, long])  # both compute [1,2] in the same step; the check runs after every step
@@ -380,7 +382,7 @@ def pool_hashes(pool: PrefixCachingBlockPool, tokens: list[int]) -> list:
 
 def test_offload_round_trip_restores_instead_of_recomputing():
     pool, kv = make_pool(5, 4, offload=8)
-    simulation = Simulation(Scheduler(pool, 4, 1, 64), kv)
+    simulation = Simulation(Scheduler(KVCacheManager(pool, 4), 1, 64), kv)
     first = make_request(0, list(range(13)), 1)
     simulation.run([first])
     simulation.run([make_request(1, [7] * 17, 1)])  # needs all 5 blocks: first's 3 cached blocks go down
@@ -393,7 +395,7 @@ def test_offload_round_trip_restores_instead_of_recomputing():
 
 def test_lpm_admits_the_longest_cached_prefix_first():
     pool, kv = make_pool(32, 4)
-    scheduler = Scheduler(pool, 4, 1, 64, scheduling("lpm"))
+    scheduler = Scheduler(KVCacheManager(pool, 4), 1, 64, scheduling("lpm"))
     simulation = Simulation(scheduler, kv)
     simulation.run([make_request(0, list(range(16)), 1)])
     cold = make_request(1, [5] * 16, 1)
@@ -401,7 +403,7 @@ def test_lpm_admits_the_longest_cached_prefix_first():
     scheduler.add(cold)
     scheduler.add(warm)
     assert scheduler.schedule().chunks[0].request is warm
-    fcfs = Scheduler(make_pool(32, 4)[0], 4, 1, 64)
+    fcfs = Scheduler(KVCacheManager(make_pool(32, 4)[0], 4), 1, 64)
     fcfs.add(cold)
     assert fcfs.schedule().chunks[0].request is cold
 

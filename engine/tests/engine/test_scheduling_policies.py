@@ -20,6 +20,7 @@ from pyagent_core.registry import get_registry
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.engine import Engine
 from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.scheduling.policy import GuardedPolicy, build_scheduling_policy
@@ -51,7 +52,7 @@ request_fields = st.fixed_dictionaries({
        spare=st.integers(0, 12), max_seqs=st.integers(1, 4))
 def test_every_request_finishes_under_every_policy(name, workload, spare, max_seqs):
     largest = max(-(-(p + o) // 4) for p, o, _ in workload)
-    scheduler = Scheduler(BlockPool(largest + spare), 4, max_seqs, 32, policy(name))
+    scheduler = Scheduler(KVCacheManager(BlockPool(largest + spare), 4), max_seqs, 32, policy(name))
     requests = [make(i, p, o, **fields) for i, (p, o, fields) in enumerate(workload)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a shipped policy never needs the fallback
@@ -63,7 +64,7 @@ def test_every_request_finishes_under_every_policy(name, workload, spare, max_se
 def run_out_of_blocks(name: str) -> tuple[Request, Request, tuple[Request, ...]]:
     """A low-priority request admitted first, a high-priority one after; then both need more blocks
     than the pool has: the step's preempted requests."""
-    scheduler = Scheduler(BlockPool(4), 4, 4, 64, policy(name))
+    scheduler = Scheduler(KVCacheManager(BlockPool(4), 4), 4, 64, policy(name))
     low, high = make(0, 4, 8, priority=5), make(1, 4, 8, priority=1)
     scheduler.add(low)
     scheduler.schedule()
@@ -102,7 +103,7 @@ class Raising(SchedulingPolicy):
 
 
 def test_a_failing_policy_falls_back_to_fcfs_for_that_step_and_loses_nothing():
-    scheduler = Scheduler(BlockPool(6), 4, 2, 16, GuardedPolicy(Raising({}, CONTEXT), "raising"))
+    scheduler = Scheduler(KVCacheManager(BlockPool(6), 4), 2, 16, GuardedPolicy(Raising({}, CONTEXT), "raising"))
     requests = [make(i, 9, 6) for i in range(5)]
     with pytest.warns(UserWarning) as caught:
         simulate(scheduler, requests)
@@ -133,7 +134,7 @@ def test_a_policy_that_fails_to_start_is_reported_and_fcfs_schedules(monkeypatch
         guarded, selection = build_scheduling_policy(registry, "fair", {}, CONTEXT, prefix_caching=False)
     assert selection is None and guarded.policy is None
     requests = [make(i, 9, 3) for i in range(4)]
-    simulate(Scheduler(BlockPool(16), 4, 2, 16, guarded), requests)
+    simulate(Scheduler(KVCacheManager(BlockPool(16), 4), 2, 16, guarded), requests)
     assert all(len(r.output_token_ids) == 3 for r in requests)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 import torch
@@ -39,6 +38,7 @@ from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
+from pyagent_engine.stages.records import MaskedLogits, Selection
 from pyagent_sampler_host.host import SamplerHost
 
 CHAIN_PROMPT = "a b c d e f g a b c d e f g a b c"
@@ -122,13 +122,12 @@ def run_arm(llm: LLM, prompts: Sequence[list[int]], config: SpeculativeConfig,
     counter = TreeCounter(decoder.proposer.propose)
     monkeypatch.setattr(decoder.proposer, "propose", counter)
     if lossy:
-        verify: Callable[..., Any] = decoder.verify
+        select: Callable[..., Selection] = engine.select.run
 
-        def lossy_verify(sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
-                         mask: Any = None, recorder: Any = None) -> Any:
-            return verify(sampled, logits, NoResidual(sampler, sampled), mask, recorder)
+        def lossy_select(masked: MaskedLogits, host: SamplerHost[Request]) -> Selection:
+            return select(masked, NoResidual(host, masked.rows.requests))
 
-        monkeypatch.setattr(decoder, "verify", lossy_verify)
+        monkeypatch.setattr(engine.select, "run", lossy_select)
     outputs = generate(engine, prompts)
     stats = decoder.stats
     seeds = sum(n for _, n in GROUPS)
@@ -160,7 +159,7 @@ def test_sampled_tokens_are_distributed_as_without_speculation(
 
 
 class NoResidual:
-    """The engine's sampler chain as a lossy verifier would use it: two draws per row; where the
+    """The engine's sampler host as a lossy verifier would use it: two draws per row; where the
     request's walk sits on a draft node, the first draw is kept if it is one of the node's children
     (accepted with probability p(x)), and otherwise the second draw - from p, not from the residual."""
 

@@ -65,4 +65,4 @@ def test_accepting_a_later_branch_keeps_the_output_exact(llm_bf16: LLM, text: st
     stats = engine.speculative.stats
     assert stats.num_drafts > 0 and stats.num_accepted_tokens == 3 * stats.num_drafts, (
         "a right branch was rejected: the moved keys and values are not the accepted tokens'")
-    assert engine.scheduler.pool.num_free == engine.num_blocks, "blocks of rejected nodes leaked"
+    assert engine.scheduler.kv.num_free == engine.num_blocks, "blocks of rejected nodes leaked"

@@ -1,4 +1,5 @@
-"""Verification of drafts without a model: losslessness (chi-square), greedy exact match, trees, bad drafts."""
+"""Verification of drafts without a model (the select stage over a draft's rows): losslessness (chi-square),
+greedy exact match, trees, bad drafts."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.controller import DraftController
 from pyagent_engine.spec.decoder import DraftWarning, SpecStats, SpeculativeDecoder
 from pyagent_engine.spec.tree import tree_mask
+from pyagent_engine.stages.records import MaskedLogits, SampledRows, Selection
+from pyagent_engine.stages.select import SelectTokens
+from pyagent_sampler_host.host import SamplerHost
 
 VOCAB = 5
 MAX_MODEL_LEN = 100
@@ -36,17 +40,21 @@ def chi_square(counts: Counter[int], probs: torch.Tensor) -> float:
     return sum((counts.get(t, 0) - total * float(p)) ** 2 / (total * float(p)) for t, p in enumerate(probs))
 
 
+def verify(requests: Sequence[Request], logits: torch.Tensor, chain: SamplerHost[Request]) -> Selection:
+    """The select stage over ``logits``: ``1 + len(draft)`` rows per request of ``requests``, in order."""
+    return SelectTokens("raw").run(MaskedLogits(SampledRows.of(requests), logits), chain)
+
+
 def run(draft: DraftTree | None, trials: int, temperature: float = 1.0) -> list[list[int]]:
     """Verify ``draft`` against LOGITS for ``trials`` fresh seeded requests; the emitted tokens of each."""
     chain = sampler_host(get_registry(), VOCAB)
-    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     emitted = []
     for seed in range(trials):
         request = Request(f"r{seed}", [0], SamplingParams(temperature=temperature, seed=seed))
         request.draft = draft
         rows = LOGITS[: 1 + (0 if draft is None else len(draft))]
-        (tokens,) = decoder.verify([request], rows.clone(), chain)
-        emitted.append(tokens)
+        (tokens,) = verify([request], rows.clone(), chain).tokens
+        emitted.append(list(tokens))
         assert request.output_token_ids == []
     return emitted
 
@@ -84,7 +92,6 @@ def test_greedy_accepts_exactly_the_argmax_prefix_plus_one() -> None:
 def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     chain = sampler_host(get_registry(), VOCAB)
-    decoder = SpeculativeDecoder(get_registry(), SpeculativeConfig(proposer="ngram"), VOCAB, MAX_MODEL_LEN)
     calls: list[int] = []
     sample = chain.sample
     monkeypatch.setattr(chain, "sample", lambda requests, logits: calls.append(1) or sample(requests, logits))
@@ -94,10 +101,12 @@ def test_greedy_verification_chooses_all_rows_at_once_unless_a_processor_is_on(
     for request in (plain, biased):
         request.draft = tree
     rows = torch.cat([LOGITS[:1], LOGITS[:1], LOGITS[1:]])  # row 1 + i follows node i; node 0's row is never read
-    (tokens,) = decoder.verify([plain], rows.clone(), chain)
-    assert (tokens, plain.accepted_nodes, calls) == ([2, 1, 2, 0], [1, 2, 3], [])  # one argmax over every row
-    (tokens,) = decoder.verify([biased], rows.clone(), chain)
-    assert (tokens, biased.accepted_nodes) == ([2, 3], [1]) and calls  # the bias makes 3 row 2's choice
+    selection = verify([plain], rows.clone(), chain)
+    assert (selection.tokens, selection.accepted, calls) == (((2, 1, 2, 0),), ((1, 2, 3),), [])  # one argmax
+    assert selection.rows == ((0, 2, 3, 4),)  # the row each token was chosen at: after the root, nodes 1, 2, 3
+    selection = verify([biased], rows.clone(), chain)
+    assert (selection.tokens, selection.accepted) == (((2, 3),), ((1,),)) and calls  # the bias makes 3 row 2's choice
+    assert selection.rows == ((0, 2),)
 
 
 def test_tree_mask_lets_nodes_see_their_ancestors_only() -> None:

@@ -14,7 +14,7 @@ import torch
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.testing.scaffolded import import_template
-from pyagent_engine.kv.cache_tensors import allocate_kv_caches
+from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.gguf_file import read_gguf
@@ -123,7 +123,7 @@ def prefill(attention: AttentionBackend) -> Prefill:
 
     def run(model: DecoderLM, prompt: Sequence[int], room: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
         num_blocks = -(-(len(prompt) + room) // BLOCK_SIZE)
-        caches = allocate_kv_caches(model.config, num_blocks, BLOCK_SIZE, model.dtype)
+        caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(num_blocks, BLOCK_SIZE)
         logits = model.forward(
             torch.tensor(prompt), torch.arange(len(prompt)), caches,
             single_sequence_metadata(0, len(prompt), num_blocks), attention, torch.arange(len(prompt)),

@@ -15,7 +15,7 @@ from gguf.quants import dequantize
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.testing.scaffolded import import_template
-from pyagent_engine.kv.cache_tensors import allocate_kv_caches
+from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import read_checkpoint, write_checkpoint
 from pyagent_engine.models.gguf_file import read_gguf, supported_block_types
 from pyagent_engine.models.loader import load_model
@@ -96,7 +96,7 @@ def prompt_logits(model: object, ids: list[int]) -> torch.Tensor:
                                scale=config.attention_scale, block_size=BLOCK_SIZE, dtype="float32")
     attention = import_template("attention").impl.KitReference({}, context)
     blocks = -(-len(ids) // BLOCK_SIZE)
-    caches = allocate_kv_caches(config, blocks, BLOCK_SIZE, torch.float32)
+    caches = PagedKVGroup.of_model(config, torch.float32).allocate(blocks, BLOCK_SIZE)
     return model.forward(torch.tensor(ids), torch.arange(len(ids)), caches,  # type: ignore[attr-defined]
                          single_sequence_metadata(0, len(ids), blocks), attention, torch.arange(len(ids)))
 

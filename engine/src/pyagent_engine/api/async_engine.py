@@ -268,7 +268,7 @@ class AsyncEngine:
         scheduler = engine.scheduler
         self._load = EngineLoad(
             running=len(scheduler.running), waiting=len(scheduler.waiting) + len(engine.structured.pending),
-            kv_blocks_free=scheduler.pool.num_free, kv_blocks_total=engine.num_blocks)
+            kv_blocks_free=engine.kv.num_free, kv_blocks_total=engine.num_blocks)
 
     def _call(self, callback: Callable[..., object], *args: object) -> None:
         assert self._loop is not None

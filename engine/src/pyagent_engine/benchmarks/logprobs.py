@@ -29,7 +29,7 @@ class LogprobsBenchSettings:
         ks: alternatives asked for, each a configuration (``None`` is the peer: no logprobs).
         new_tokens: tokens generated per request.
         repeats: runs per configuration (interleaved; the fastest counts).
-        threads: torch threads (and so the model runner's) for the run; ``None``: torch's default.
+        threads: torch threads (and so the model forward's) for the run; ``None``: torch's default.
     """
 
     batch_sizes: tuple[int, ...] = (1, 8)

@@ -201,7 +201,7 @@ def max_min_shares(total: float, demands: dict[str, float]) -> dict[str, float]:
 
 def _demands(engine: Any, budget: int) -> dict[str, float]:
     scheduler = engine.scheduler
-    cache = scheduler.prefix_cache
+    cache = scheduler.kv.prefix_cache
     demands = dict.fromkeys(TENANTS, 0.0)
     for request in scheduler.waiting:
         cached = cache.match_length(request) if cache is not None and not request.num_computed_tokens else 0

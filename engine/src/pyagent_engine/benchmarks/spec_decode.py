@@ -109,13 +109,13 @@ def _run(engine: Any, waves: Sequence[Sequence[list[int]]], max_tokens: int) -> 
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     outputs = []
     step_tokens: list[int] = []
-    execute = engine.runner.execute
+    forward = engine.forward.run
 
-    def counted(chunks: Any, sampled: Any) -> Any:
-        step_tokens.append(sum(c.num_tokens for c in chunks))
-        return execute(chunks, sampled)
+    def counted(inputs: Any) -> Any:
+        step_tokens.append(sum(c.num_tokens for c in inputs.chunks))
+        return forward(inputs)
 
-    engine.runner.execute = counted
+    engine.forward.run = counted
     try:
         started = time.perf_counter()
         for wave in waves:
@@ -125,7 +125,7 @@ def _run(engine: Any, waves: Sequence[Sequence[list[int]]], max_tokens: int) -> 
             outputs += [list(r.output_token_ids) for r in requests]
         elapsed = time.perf_counter() - started
     finally:
-        del engine.runner.execute  # no cycle through the wrapper: the engine's KV cache is freed at once
+        del engine.forward.run  # no cycle through the wrapper: the engine's KV cache is freed at once
     return _Run(elapsed, outputs, step_tokens, engine.speculative.stats.as_dict() if engine.speculative else {})
 
 

@@ -1,8 +1,11 @@
-"""The engine loop: admit requests, schedule a step, run the model, sample, detokenize, finish.
+"""The engine: requests in, outputs out, one step at a time through the stages of :mod:`pyagent_engine.stages`.
 
-Everything pluggable comes from the registry: the attention backend and every sampler of the
-chain. Lifecycle hooks fire for the engine, each request and each step; a plugin that raises in a
-hook is reported with a warning and the engine goes on.
+:meth:`Engine.step` is the loop: schedule -> prepare inputs -> model forward -> logits masks ->
+select tokens -> record logprobs -> commit -> append, detokenize and stop, each stage a small
+object handing a frozen record to the next. Everything pluggable comes from the registry: the
+attention backend, every sampler of the chain, the proposer, the eviction and scheduling policies.
+Lifecycle hooks fire for the engine, each request and each step; a plugin that raises in a hook is
+reported with a warning and the engine goes on.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
 import torch
 
 from pyagent_core.errors import RequestError
@@ -25,21 +27,26 @@ from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.core.attention_choice import build_attention
 from pyagent_engine.core.config import EngineConfig
-from pyagent_engine.core.runner import ModelRunner, StepLogits, torch_on_one_thread
-from pyagent_engine.core.text_tracker import TextTracker
-from pyagent_engine.kv.cache_tensors import allocate_kv_caches
-from pyagent_engine.kv.prefix_cache import CacheCounters, build_block_pool
+from pyagent_engine.kv.groups import PagedKVGroup
+from pyagent_engine.kv.manager import build_kv_manager
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.requests.isolation import describe, run_isolated
-from pyagent_engine.requests.logprobs import TokenLogprob
 from pyagent_engine.requests.params import SamplingParams
-from pyagent_engine.requests.request import Request, RequestMetrics, RequestOutput, RequestStatus
+from pyagent_engine.requests.request import Request, RequestOutput, RequestStatus
 from pyagent_engine.sampling.host import sampler_host
-from pyagent_engine.sampling.logprob_scoring import LogprobRecorder, recorder_for, token_logprobs
 from pyagent_engine.scheduling.policy import build_scheduling_policy
-from pyagent_engine.scheduling.scheduler import ScheduledChunk, Scheduler
+from pyagent_engine.scheduling.scheduler import Scheduler, SchedulerOutput
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.decoder import SpeculativeDecoder
+from pyagent_engine.stages.append import AppendTokens
+from pyagent_engine.stages.commit import Commit
+from pyagent_engine.stages.forward import Forward, torch_on_one_thread
+from pyagent_engine.stages.inputs import PrepareInputs
+from pyagent_engine.stages.logprobs import RecordLogprobs
+from pyagent_engine.stages.masks import MaskLogits
+from pyagent_engine.stages.records import Selection, StepLogits
+from pyagent_engine.stages.schedule import Schedule
+from pyagent_engine.stages.select import SelectTokens
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
 from pyagent_sampler_host.host import SamplerHost
@@ -70,6 +77,10 @@ def request_info(request: Request) -> RequestInfo:
 class Engine:
     """Continuous batching over a paged KV cache with the selected plugins.
 
+    The stages of a step are attributes, in step order: :attr:`schedule`, :attr:`inputs`,
+    :attr:`forward`, :attr:`masks`, :attr:`select`, :attr:`logprobs`, :attr:`commit`,
+    :attr:`append` (:attr:`stages` names them all); :attr:`kv` is the KV manager.
+
     Args:
         loaded: the model (see :func:`pyagent_engine.models.loader.load_model`).
         registry: where backends are selected (default: the installed plugins).
@@ -98,19 +109,15 @@ class Engine:
         self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
-        bytes_per_block = (2 * self.config.block_size * model_config.num_kv_heads * model_config.head_dim
-                           * loaded.dtype.itemsize * model_config.num_layers)
-        self.num_blocks = max(1, int(self.config.kv_cache_gib * 2**30 // bytes_per_block))
-        caches = allocate_kv_caches(model_config, self.num_blocks, self.config.block_size, loaded.dtype)
-        self.runner = ModelRunner(loaded.model, backend, caches, self.config.block_size)
-        pool, self.eviction_selection = build_block_pool(self.config, self.num_blocks, caches, self.registry)
+        self.kv, self.eviction_selection = build_kv_manager(
+            self.config, [PagedKVGroup.of_model(model_config, loaded.dtype)], int(self.config.kv_cache_gib * 2**30),
+            self.registry)
+        self.num_blocks = self.kv.num_blocks
         policy, self.scheduler_selection = build_scheduling_policy(
             self.registry, self.config.scheduler, self.config.scheduler_options,
             SchedulerContext(self.num_blocks, self.config.block_size, self.config.max_num_seqs,
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
-        self.scheduler = Scheduler(pool, self.config.block_size, self.config.max_num_seqs,
-                                   self.config.max_num_batched_tokens, policy)
-        self._cache_counters = CacheCounters(pool)
+        self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy)
         self._new_sampler = functools.partial(sampler_host, self.registry, model_config.vocab_size, samplers,
                                               sampler_options, model_config.eos_token_ids, self._tokenizer_info)
         self.sampler = self._new_sampler()
@@ -120,7 +127,15 @@ class Engine:
             target=loaded, attention=self.attention_selection)
         self.structured = StructuredOutputs(self.registry, loaded.tokenizer, model_config.eos_token_ids,
                                             model_config.vocab_size, structured)
-        self.trackers: dict[str, TextTracker] = {}
+        mode, context = self.config.logprobs_mode, model_config.max_position_embeddings
+        self.schedule = Schedule(self.scheduler, self.structured, self.speculative, context)
+        self.inputs = PrepareInputs(self.kv)
+        self.forward = Forward(loaded.model, backend, self.kv)
+        self.masks = MaskLogits(self.structured, mode)
+        self.select = SelectTokens(mode)
+        self.logprobs = RecordLogprobs(mode)
+        self.commit = Commit(self.kv, self.speculative)
+        self.append = AppendTokens(loaded.tokenizer, model_config.eos_token_ids, context, self.structured, self._finish)
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
@@ -154,6 +169,13 @@ class Engine:
         if context.logits_soft_cap is not None and not spec.logits_soft_cap:
             problems.append(f"attention logit soft-capping (the model caps scores at {context.logits_soft_cap})")
         return "it does not support " + "; ".join(problems) if problems else None
+
+    @property
+    def stages(self) -> dict[str, Any]:
+        """The stage objects of a step, by name, in step order (for profiling:
+        :func:`~pyagent_engine.stages.timing.timed_stages`)."""
+        return {"schedule": self.schedule, "inputs": self.inputs, "forward": self.forward, "masks": self.masks,
+                "select": self.select, "logprobs": self.logprobs, "commit": self.commit, "append": self.append}
 
     @property
     def backends(self) -> dict[str, str]:
@@ -201,14 +223,14 @@ class Engine:
                                "raise kv_cache_gib or lower max_tokens")
         if request_id is None:
             request_id = self.next_request_id()
-        elif request_id in self.trackers:
+        elif request_id in self.append.trackers:
             raise RequestError(f"request id {request_id!r} belongs to an unfinished request; give each request "
                                "its own id (or none: the engine numbers them)")
         request = Request(request_id, ids, params, prompt=prompt)
         self.sampler.check_params(request)
         if params.structured is not None:
             self.structured.submit(request)  # checked now; scheduled once its grammar is compiled
-        self.trackers[request.request_id] = TextTracker(self.loaded.tokenizer, ids, params.stop)
+        self.append.track(request)
         if params.structured is None:
             self.scheduler.add(request)
         self._fire("pyagent_request_added", request=request_info(request))
@@ -216,7 +238,7 @@ class Engine:
 
     def next_request_id(self) -> str:
         """A request id never given out before by this engine and not in use: ``"0"``, ``"1"``, ..."""
-        while (request_id := str(next(self._ids))) in self.trackers:
+        while (request_id := str(next(self._ids))) in self.append.trackers:
             pass
         return request_id
 
@@ -253,223 +275,79 @@ class Engine:
         return [self._finish(r, "error", reason) for r in list(self.scheduler.running) if not r.finished]
 
     def _step(self, outputs: list[RequestOutput]) -> None:
+        """The stages in order. A stage that fails for some requests ends those (``finish_reason ==
+        "error"``): the inputs and the forward are isolated together per chunk, the masks, selection and
+        logprobs together per request (:func:`~pyagent_engine.requests.isolation.run_isolated`)."""
         started = time.perf_counter()
-        outputs.extend(self._admit_structured())
-        if self.speculative is not None:  # grammar-constrained requests are not drafted for
-            self.speculative.propose([r for r in self.scheduler.running if self.structured.params_of(r) is None],
-                                     self.loaded.config.max_position_embeddings)
-        plan = self.scheduler.schedule()
-        if not plan.chunks:
-            outputs.extend(self._finish(r, "error", "no KV blocks free for it")
-                           for r in list(self.scheduler.waiting)[:1])
+        batch = self.schedule.run()
+        outputs.extend(self._finish(request, "error", why) for request, why in batch.failed)
+        if not batch.plan.chunks:
             return
-        ran = run_isolated(plan.chunks, self._execute)  # a failing kernel ends its requests, not the batch
+        ran = run_isolated(batch.plan.chunks, lambda chunks: self.forward.run(self.inputs.run(chunks)))
         outputs.extend(self._finish(c.request, "error", f"model step failed: {why}") for c, why in ran.failed)
-        for chunk in ran.kept:
-            chunk.request.num_computed_tokens += chunk.num_tokens - len(chunk.request.draft or ())
-        if ran.result is not None:
-            self._score_prompts(ran.result)
-        sampled = [c.request for c in ran.kept if c.sample]
+        logits, selection = ran.result, Selection()
+        sampled = [] if logits is None else list(logits.rows.requests)
         before = [len(r.output_token_ids) for r in sampled]
-        if sampled and ran.result is not None:
-            outputs.extend(self._sample(sampled, ran.result.sampled))
+        if logits is not None:
+            self.logprobs.score_prompts(logits)
+            if sampled:
+                chosen = run_isolated(sampled, lambda requests: self._choose(logits, requests, self.sampler),
+                                      lambda request: self._choose(logits, [request], self._probe_sampler()))
+                outputs.extend(self._finish(r, "error", f"sampling failed: {why}") for r, why in chosen.failed)
+                selection = chosen.result or selection
+            outputs.extend(self._finish(r, "error", f"commit failed: {why}")
+                           for r, why in self.commit.run(ran.kept, selection))
+            outputs.extend(self.append.run(selection))
+        rows = 0 if logits is None else logits.rows.num_rows
+        self._fire("pyagent_step_finished", stats=self._step_stats(batch.plan, sampled, before, rows, started))
+
+    def _choose(self, logits: StepLogits, requests: Sequence[Request], host: SamplerHost[Request]) -> Selection:
+        """Masks, then selection with ``host``, then logprobs, for ``requests`` (some of ``logits``'s)."""
+        masked = self.masks.run(logits, requests)
+        return self.logprobs.run(masked, self.select.run(masked, host))
+
+    def _step_stats(self, plan: SchedulerOutput, sampled: Sequence[Request], before: Sequence[int], rows: int,
+                    started: float) -> StepStats:
+        """The step's :class:`StepStats`: ``sampled`` had ``before`` output tokens each and ``rows`` logits rows."""
         generated = [len(r.output_token_ids) - count for r, count in zip(sampled, before, strict=True)]
         first_prompts = sum(len(r.prompt_token_ids) for r, count, new in zip(sampled, before, generated, strict=True)
                             if count == 0 < new)  # requests that got their first token this step
-        self._fire("pyagent_step_finished", stats=StepStats(**{
+        return StepStats(**{
             "num_scheduled_tokens": plan.num_tokens,
             "num_prefill_tokens": sum(c.num_tokens for c in plan.chunks if not c.sample or c.num_tokens > 1),
             "num_decode_tokens": sum(1 for c in plan.chunks if c.sample and c.num_tokens == 1),
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
             "num_preempted": len(plan.preempted),
-            "kv_blocks_free": self.scheduler.pool.num_free,
+            "kv_blocks_free": self.kv.num_free,
             "kv_blocks_total": self.num_blocks,
             "num_cached_tokens": plan.num_cached_tokens,
             "num_prompt_tokens": first_prompts,
             "num_generation_tokens": sum(generated),
-            **self._cache_counters.take(),
+            **self.kv.take_counters(),
             **({} if self.speculative is None
-               else self.speculative.step_stats(plan.chunks, time.perf_counter() - started)),
+               else self.speculative.step_stats(plan.chunks, rows, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
-        }))
-
-    @staticmethod
-    def _score_prompts(logits: StepLogits) -> None:
-        """Add the prompt logprobs of the positions computed this step (always raw: the model's logits)."""
-        for request, positions, rows in logits.prompt:
-            assert request.prompt_logprobs is not None and request.params.prompt_logprobs is not None
-            tokens = request.prompt_token_ids[positions.start + 1:positions.stop + 1]
-            request.prompt_logprobs.extend(token_logprobs(rows, tokens, [request.params.prompt_logprobs] * len(tokens)))
-
-    def _sample(self, sampled: list[Request], logits: torch.Tensor) -> list[RequestOutput]:
-        """Choose each request's tokens and append them; a request that sampling fails on ends alone."""
-        now = time.perf_counter()
-        chosen = run_isolated(
-            sampled, lambda requests: self._choose(requests, self._rows(sampled, logits, requests), self.sampler),
-            lambda request: self._choose([request], self._rows(sampled, logits, [request]), self._probe_sampler()))
-        outputs = [self._finish(r, "error", f"sampling failed: {why}") for r, why in chosen.failed]
-        tokens, records = chosen.result or ([], None)
-        for i, request in enumerate(chosen.kept):
-            record = records[i] if records is not None and request.logprobs is not None else None
-            outputs.extend(self._emit(request, tokens[i], record, now))
-        return outputs
-
-    def _execute(self, chunks: Sequence[ScheduledChunk]) -> StepLogits:
-        return self.runner.execute(chunks, [c.request for c in chunks if c.sample])
+        })
 
     def _probe_sampler(self) -> SamplerHost[Request]:
-        """A second chain, for trying a request alone without disturbing the rows of the main one."""
+        """A second sampler host, for trying a request alone without disturbing the rows of the main one."""
         if self._probe is None:
             self._probe = self._new_sampler()
         return self._probe
 
-    @staticmethod
-    def _rows(sampled: Sequence[Request], logits: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
-        """The rows of ``logits`` (``1 + len(draft)`` per request of ``sampled``) that belong to ``requests``."""
-        if list(requests) == list(sampled):
-            return logits
-        starts, row = {}, 0
-        for request in sampled:
-            starts[id(request)] = row
-            row += 1 + len(request.draft or ())
-        index = [i for r in requests for i in range(starts[id(r)], starts[id(r)] + 1 + len(r.draft or ()))]
-        return logits.index_select(0, torch.tensor(index, dtype=torch.long))
-
-    def _choose(self, requests: Sequence[Request], logits: torch.Tensor,
-                sampler: SamplerHost[Request]) -> tuple[list[list[int]], list[list[TokenLogprob]] | None]:
-        """The tokens each request emits: the sampled one, or those of its verified draft
-        (see :mod:`pyagent_engine.spec.decoder`), under its grammar's mask; and, when any request
-        asks for logprobs, each emitted token's record (see :mod:`pyagent_engine.requests.logprobs`)."""
-        recorder = recorder_for([r.params.logprobs for r in requests], self.config.logprobs_mode)
-        if self.speculative is not None:
-            constrained = any(self.structured.params_of(r) is not None for r in requests)
-            emitted = self.speculative.verify(requests, logits, sampler,
-                                              mask=self.structured.apply_masks if constrained else None,
-                                              recorder=recorder)
-            return emitted, None if recorder is None else recorder.records
-        if recorder is None:
-            self.structured.apply_masks(requests, logits)
-            return [[token] for token in sampler.sample(requests, logits)], None
-        return self._choose_recorded(requests, logits, sampler, recorder)
-
-    def _choose_recorded(self, requests: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
-                         recorder: LogprobRecorder) -> tuple[list[list[int]], list[list[TokenLogprob]]]:
-        """:meth:`_choose` without speculation for a batch where some request asks for logprobs."""
-        raw = recorder.score(logits) if recorder.raw else None  # before the grammar mask changes the rows
-        self.structured.apply_masks(requests, logits)
-        if raw is not None:
-            tokens = sampler.sample(requests, logits)
-            recorder.record(raw, tokens)
-        else:
-            tokens, processed = sampler.sample_processed(requests, logits)
-            recorder.record(recorder.score(processed), tokens)
-        return [[token] for token in tokens], recorder.records
-
-    def _emit(self, request: Request, tokens: Sequence[int], records: Sequence[TokenLogprob] | None,
-              now: float) -> list[RequestOutput]:
-        """Commit a verified draft's keys and values, then append ``tokens`` (with their logprob
-        ``records``, when the request asks for them) until the request finishes."""
-        outputs = []
-        try:
-            if self.speculative is not None:
-                self.speculative.commit(request, self.runner.kv_caches, self.scheduler.pool, self.config.block_size)
-            for i, token in enumerate(tokens):
-                outputs.append(self._append_sampled(request, token, now, None if records is None else records[i]))
-                if outputs[-1].finished:
-                    break
-        except Exception as error:  # detokenizing or a grammar failing on this request ends it alone
-            if not request.finished:
-                outputs.append(self._finish(request, "error", f"output failed: {describe(error)}"))
-        return outputs
-
-    def _admit_structured(self) -> list[RequestOutput]:
-        """Schedule requests whose grammar is compiled; fail those whose compile failed or timed out.
-
-        Waits for a compile only when nothing else can run.
-        """
-        if not self.structured.has_pending():
-            return []
-        ready, failed = self.structured.poll(block=not self.scheduler.has_work())
-        for request in ready:
-            self.scheduler.add(request)
-        return [self._finish(request, "error", str(error)) for request, error in failed]
-
-    def _append_sampled(self, request: Request, token: int, now: float,
-                        record: TokenLogprob | None = None) -> RequestOutput:
-        """Append a sampled token (through the request's grammar, if any), then the tokens it forces.
-
-        A request that asks for logprobs gets no forced tokens: jump-forward appends them without
-        computing their logits, so they would have none; they are sampled (under the mask) instead.
-        """
-        problem = self.structured.accept(request, token)
-        if problem is not None:
-            return self._finish(request, "error", problem)
-        if request.logprobs is not None:
-            assert record is not None and record.token_id == token
-            request.logprobs.append(record)
-            return self._append(request, token, now)
-        output = self._append(request, token, now)
-        for forced in [] if output.finished else self.structured.jump_forward(request):
-            later = self._append(request, forced, now)
-            output = attrs.evolve(later, delta=output.delta + later.delta)
-            if later.finished:
-                break
-        return output
-
-    def _append(self, request: Request, token: int, now: float) -> RequestOutput:
-        request.output_token_ids.append(token)
-        request.token_times.append(now)
-        if request.first_token_time is None:
-            request.first_token_time = now
-        tracker = self.trackers[request.request_id]
-        params = request.params
-        eos = not params.ignore_eos and token in self.loaded.config.eos_token_ids
-        if eos or token in params.stop_token_ids:
-            return self._finish(request, "stop")
-        tracker.add(token)
-        if tracker.stopped:
-            return self._finish(request, "stop")
-        if (len(request.output_token_ids) >= params.max_tokens
-                or request.num_tokens >= self.loaded.config.max_position_embeddings):
-            return self._finish(request, "length")
-        return self._report(request, final=False)
-
     def _finish(self, request: Request, reason: str, error: str | None = None) -> RequestOutput:
+        """End ``request`` (its blocks go back through the scheduler and the KV manager); its final output."""
         self.scheduler.finish(request)
         request.status = RequestStatus.FINISHED
         request.finish_reason, request.error = reason, error
         request.finish_time = time.perf_counter()
-        self.trackers[request.request_id].finish()
-        output = self._report(request, final=True)
+        output = self.append.final_output(request)
         self.structured.release(request)
         if self.speculative is not None:
             self.speculative.finished(request)
-        del self.trackers[request.request_id]
         self._fire("pyagent_request_finished", request=request_info(request), reason=reason)
         return output
-
-    def _report(self, request: Request, final: bool) -> RequestOutput:
-        tracker = self.trackers[request.request_id]
-        metrics = None
-        if final:
-            end = request.finish_time or time.perf_counter()
-            first = request.first_token_time
-            decoded = len(request.output_token_ids) - 1
-            metrics = RequestMetrics(
-                time_to_first_token=None if first is None else first - request.arrival_time,
-                total_time=end - request.arrival_time,
-                decode_tokens_per_s=decoded / (end - first) if first is not None and decoded > 0 and end > first
-                else None,
-            )
-        return RequestOutput(
-            request_id=request.request_id, prompt=request.prompt, prompt_token_ids=request.prompt_token_ids,
-            output_token_ids=list(request.output_token_ids), text=tracker.text, delta=tracker.delta(final),
-            finished=final, finish_reason=request.finish_reason, error=request.error, metrics=metrics,
-            num_cached_tokens=request.num_cached_tokens, structured=self.structured.report(request),
-            logprobs=None if request.logprobs is None else list(request.logprobs),
-            prompt_logprobs=None if request.prompt_logprobs is None else list(request.prompt_logprobs),
-        )
 
     def close(self) -> list[RequestOutput]:
         """Abort what is left (their final outputs are returned) and fire ``pyagent_engine_stopped``."""

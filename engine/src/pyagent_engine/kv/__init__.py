@@ -1,7 +1,9 @@
-"""The paged KV cache: its tensors, its blocks and the prefix cache over them.
+"""The engine's cache memory: its manager, the groups of layer caches, the blocks and the prefix cache over them.
 
-- :mod:`~pyagent_engine.kv.cache_tensors`: one paged cache tensor per layer, checked against
-  free memory (:mod:`~pyagent_engine.kv.memory`).
+- :mod:`~pyagent_engine.kv.manager`: the KV manager, the only code that allocates, moves or frees
+  cache memory (checked against free memory by :mod:`~pyagent_engine.kv.memory`).
+- :mod:`~pyagent_engine.kv.groups`: groups of layers whose caches are allocated alike (paged keys and
+  values), and the blocks one memory budget buys across them.
 - :mod:`~pyagent_engine.kv.block_pool`: free block ids, handed out and taken back.
 - :mod:`~pyagent_engine.kv.prefix_cache`: a block pool whose full blocks are shared by chained hash
   (:mod:`~pyagent_engine.kv.block_hash`), indexed leaves first (:mod:`~pyagent_engine.kv.prefix_index`),

@@ -38,7 +38,7 @@ class Request:
     With prefix caching, ``block_hashes`` holds the chained hashes of its full blocks (computed on
     demand) and ``num_cached_tokens`` the prompt tokens found cached when it was first admitted.
     With speculative decoding, ``draft`` is the draft verified with it this step (see
-    :mod:`pyagent_engine.spec.decoder`) and ``accepted_nodes`` the nodes verification accepted.
+    :mod:`pyagent_engine.spec.decoder`).
     ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
     scheduling policy sees. ``scheduled_time`` is when it was first admitted from the waiting queue and
     ``token_times`` when each output token was appended (``time.perf_counter()`` readings).
@@ -66,7 +66,6 @@ class Request:
     block_hashes: list[BlockHash] = attrs.field(factory=list)
     num_cached_tokens: int = 0
     draft: DraftTree | None = None
-    accepted_nodes: list[int] = attrs.field(factory=list)
     num_served_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None

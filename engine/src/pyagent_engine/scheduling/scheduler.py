@@ -7,9 +7,10 @@ needs a block and none is free, the most recently admitted running request is pr
 are freed and it goes back to the front of the waiting queue, to be recomputed later (prompt and
 the outputs it already has), so nothing is lost.
 
-With a prefix-caching pool, a request being admitted first takes the cached blocks of its longest
-cached prefix and computes only the rest; running requests publish their full blocks at the start
-of each step and when they release their blocks (finished or preempted, so a preempted request
+Blocks come from the KV manager (:mod:`pyagent_engine.kv.manager`), the only code that allocates
+or frees them. With prefix caching, a request being admitted first takes the cached blocks of its
+longest cached prefix and computes only the rest; running requests publish their full blocks at the
+start of each step and when they release their blocks (finished or preempted, so a preempted request
 usually finds its own blocks again).
 
 Which waiting request goes first and which running request gives way are the scheduling policy's
@@ -26,8 +27,7 @@ from collections import deque
 import attrs
 
 from pyagent_core.interfaces.scheduler import SchedulerState
-from pyagent_engine.kv.block_pool import BlockPool
-from pyagent_engine.kv.prefix_cache import PrefixCachingBlockPool
+from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.requests.request import Request, RequestStatus
 from pyagent_engine.scheduling.policy import GuardedPolicy, request_view, state_of
 
@@ -57,22 +57,27 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    """Decides each step's work; owns the waiting queue, the running list and block allocation."""
+    """Decides each step's work; owns the waiting queue and the running list, and asks ``kv`` for blocks.
 
-    def __init__(self, pool: BlockPool, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
+    Args:
+        kv: the KV manager that allocates and frees the requests' blocks.
+        max_num_seqs: the most requests running at once.
+        max_num_batched_tokens: the token budget of one step.
+        policy: the scheduling policy (default: first come, first served).
+    """
+
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
                  policy: GuardedPolicy | None = None) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs ({max_num_seqs}) "
                 "so every running request can decode each step"
             )
-        self.prefix_cache = pool if isinstance(pool, PrefixCachingBlockPool) else None
         self.policy = policy or GuardedPolicy(None, "fcfs")
-        if self.policy.uses_cached_prefix and self.prefix_cache is None:
+        if self.policy.uses_cached_prefix and kv.prefix_cache is None:
             raise ValueError(f"scheduling policy {self.policy.name!r} orders by cached prefix: it needs a "
                              "prefix-caching pool")
-        self.pool = pool
-        self.block_size = block_size
+        self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
@@ -92,14 +97,14 @@ class Scheduler:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self._release(request)
+        self.kv.release(request)
         self.policy.finished(request_view(request))
 
     def state(self, now: float) -> SchedulerState:
         """The queues as the policy sees them at ``now``."""
-        cache = self.prefix_cache if self.policy.uses_cached_prefix else None
-        waiting = (request_view(r, cache.match_length(r) if cache is not None else 0) for r in self.waiting)
-        return state_of(now, waiting, self.running, self.pool.num_free, self.pool.num_blocks)
+        ordered = self.policy.uses_cached_prefix
+        waiting = (request_view(r, self.kv.match_length(r) if ordered else 0) for r in self.waiting)
+        return state_of(now, waiting, self.running, self.kv.num_free, self.kv.num_blocks)
 
     def _order_waiting(self) -> None:
         """Put the waiting queue in the policy's order."""
@@ -111,25 +116,6 @@ class Scheduler:
         victim = self.policy.victim(self.state(time.perf_counter()))
         return next(request for request in self.running if request.request_id == victim)
 
-    def _release(self, request: Request) -> None:
-        if self.prefix_cache is not None:
-            self.prefix_cache.release(request)
-        else:
-            self.pool.free(request.block_ids)
-        request.block_ids = []
-
-    def _grow(self, request: Request, num_tokens: int) -> bool:
-        """Give ``request`` blocks for ``num_tokens`` more tokens; False when the pool is short."""
-        total = request.num_computed_tokens + num_tokens
-        missing = -(-total // self.block_size) - len(request.block_ids)
-        if missing <= 0:
-            return True
-        blocks = self.pool.allocate(missing)
-        if blocks is None:
-            return False
-        request.block_ids.extend(blocks)
-        return True
-
     @staticmethod
     def _draft_tokens(request: Request, room: int) -> int:
         """Draft nodes verified with ``request`` this step; a draft that does not fit ``room`` is dropped."""
@@ -140,7 +126,7 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         request.draft = None
         self.running.remove(request)
-        self._release(request)
+        self.kv.release(request)
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         request.status = RequestStatus.WAITING
@@ -152,10 +138,7 @@ class Scheduler:
         chunks: list[ScheduledChunk] = []
         preempted: list[Request] = []
         cached = 0
-        cache = self.prefix_cache
-        if cache is not None:
-            for request in self.running:
-                cache.publish(request)
+        self.kv.publish(self.running)
         if self.waiting:
             self._order_waiting()
         decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
@@ -165,7 +148,7 @@ class Scheduler:
                 continue
             count = min(request.num_tokens - request.num_computed_tokens, budget)
             count += self._draft_tokens(request, budget - count)
-            while not self._grow(request, count):
+            while not self.kv.grow(request, count):
                 victim = self._victim()
                 self._preempt(victim)
                 preempted.append(victim)
@@ -176,17 +159,16 @@ class Scheduler:
                 chunks.append(self._chunk(request, count))
         while self.waiting and not preempted and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            hit = cache.acquire(request) if cache is not None else 0
+            hit = self.kv.acquire(request)
             count = min(request.num_tokens - request.num_computed_tokens, budget)
-            if not self._grow(request, count):
-                self._release(request)
+            if not self.kv.grow(request, count):
+                self.kv.release(request)
                 request.num_computed_tokens = 0
                 break
-            if cache is not None:
-                cache.stats.admitted(request.num_tokens, hit)
-                cached += hit
-                if not request.num_preemptions:
-                    request.num_cached_tokens = hit
+            self.kv.count_admission(request, hit)
+            cached += hit
+            if not request.num_preemptions:
+                request.num_cached_tokens = hit
             self.waiting.popleft()
             if request.scheduled_time is None:
                 request.scheduled_time = time.perf_counter()

@@ -1,31 +1,24 @@
-"""Speculative decoding in the engine: drafting, verification shared by every proposer, adaptive length.
+"""Speculative decoding in the engine: drafting, the bookkeeping after verification, adaptive length.
 
 Each step, before scheduling, :meth:`SpeculativeDecoder.propose` asks the selected proposer for a
 draft (a chain or a tree of guessed next tokens) for every running request that is decoding, checks
 it, trims it to what is worth verifying, and attaches it to the request (``request.draft``). The
 scheduler gives such a request ``1 + len(draft)`` tokens: its last real token and the draft nodes.
-The model runner places node ``i`` at position ``last + depth(i)`` (so its rotary embedding is the
-one it would have if accepted) and in the cache slot of position ``last + 1 + i``, and a tree mask
-lets each node see only its ancestors. The logits of the last real token and of every node come back.
+The inputs stage (:mod:`pyagent_engine.stages.inputs`) places node ``i`` at position
+``last + depth(i)`` (so its rotary embedding is the one it would have if accepted) and in the cache
+slot of position ``last + 1 + i``, and a tree mask lets each node see only its ancestors. The
+logits of the last real token and of every node come back.
 
-:meth:`SpeculativeDecoder.verify` then walks each draft depth by depth. At every depth the request's
-logits row (after the accepted path so far) goes through the engine's own sampler chain, exactly as
-in a step without speculation, and the chosen token is compared with the children of the current
-node: equal to one of them, that child is accepted and the walk goes on; otherwise the chosen token
-ends the walk (the correction); when the walk reaches a leaf, the token chosen there is the bonus.
+Verification is the select stage itself (:mod:`pyagent_engine.stages.select`): the draft is walked
+depth by depth with the same sampler chain as a step without speculation (exact match for greedy
+rows, rejection sampling for sampled ones, lossless either way), and the logprobs of the emitted
+tokens are recorded by the same stage as in any step (:mod:`pyagent_engine.stages.logprobs`).
 
-For greedy rows this is exact-match acceptance. For sampled rows it is rejection sampling with a
-point-mass draft distribution q (every proposer here is deterministic): accepting draft token x with
-probability min(1, p(x)/q(x)) = p(x) and otherwise drawing from the residual max(p - q, 0), which is
-p without x, renormalised, gives token y with probability p(y) for every y; drawing y from p and
-accepting when y == x gives the same joint distribution of (accepted, token) - so each emitted token
-is distributed exactly as without speculation, and every selector, seed and history-aware processor
-of the chain applies unchanged (accepted tokens are appended to the output before the next depth is
-sampled). The tree case is the same argument with several candidates.
-
-After verification the accepted nodes' keys and values are moved to their final slots (only tree
-drafts need it), the request's computed-token count advances by the accepted length, and blocks
-holding nothing but rejected draft tokens go back to the pool.
+After verification the commit stage keeps the accepted nodes through the KV manager, which moves
+their keys and values to their final slots (only tree drafts need it), advances the request's
+computed-token count by the accepted length, and gives blocks holding nothing but rejected draft
+tokens back to the pool (:meth:`~pyagent_engine.kv.manager.KVCacheManager.commit`); then
+:meth:`SpeculativeDecoder.verified` tells the proposer and the draft-length controller.
 
 Adaptive length: :mod:`pyagent_engine.spec.controller`; the draft-tree helpers: :mod:`pyagent_engine.spec.tree`.
 """
@@ -34,24 +27,20 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import torch
 
 from pyagent_core.errors import ConfigError
-from pyagent_core.interfaces.proposer import ROOT, DraftTree, Proposer, ProposerContext, ProposerRequest
+from pyagent_core.interfaces.proposer import DraftTree, Proposer, ProposerContext, ProposerRequest
 from pyagent_core.kinds import PROPOSER
 from pyagent_core.registry import Registry, Selection
 from pyagent_core.types import AttentionSpec
-from pyagent_engine.kv.block_pool import BlockPool
 from pyagent_engine.requests.request import Request
-from pyagent_engine.sampling.logprob_scoring import LogprobRecorder
 from pyagent_engine.spec.config import SpeculativeConfig
 from pyagent_engine.spec.controller import DraftController
-from pyagent_engine.spec.tree import node_child, tree_error, walk
-from pyagent_sampler_host.host import SamplerHost
+from pyagent_engine.spec.tree import tree_error
 
 
 class DraftWarning(UserWarning):
@@ -145,7 +134,6 @@ class SpeculativeDecoder:
         self.controller = DraftController(config.num_draft_tokens, adaptive=config.adaptive)
         self.stats = SpecStats()
         self._reported = SpecStats()
-        self._verified_rows = 0
         self._committed: list[tuple[Request, tuple[int, ...], int, int]] = []
 
     @property
@@ -214,116 +202,28 @@ class SpeculativeDecoder:
             return draft
         return None
 
-    # --- verification --------------------------------------------------------------------------
+    # --- after verification ------------------------------------------------------------------
 
-    def verify(self, sampled: Sequence[Request], logits: torch.Tensor, sampler: SamplerHost[Request],
-               mask: Callable[[Sequence[Request], torch.Tensor], None] | None = None,
-               recorder: LogprobRecorder | None = None) -> list[list[int]]:
-        """Walk every request's draft with the sampler chain; return the tokens each request emits.
-
-        ``logits`` holds ``1 + len(draft)`` rows per request of ``sampled`` (the last real token,
-        then the nodes), in order. ``mask(requests, logits)`` (the grammar bitmask) is applied to
-        the first depth only: requests under a grammar get no drafts, so they never reach a second.
-        Without a mask, when the chain is a plain argmax for the batch (``SamplerHost.greedy_rows``),
-        every row's token is chosen at once and the walk reads them. Sets ``request.accepted_nodes``;
-        leaves the output lists as they were. With a ``recorder``, each emitted token's logprobs are
-        recorded from the row it was chosen at: the target model's logits at its position.
-        """
-        offsets, row = [], 0
-        for request in sampled:
-            offsets.append(row)
-            row += 1 + (0 if request.draft is None else len(request.draft))
-        self._verified_rows = row
-        whole = recorder is not None and not recorder.raw  # processed logprobs: the whole chain runs
-        chosen = None if mask is not None else sampler.greedy_rows(sampled, logits, whole)
-        if chosen is not None:
-            emitted = [walk(request, chosen, offset) for request, offset in zip(sampled, offsets, strict=True)]
-            if recorder is not None:  # a plain argmax: raw and processed logprobs are the logits'
-                owners = [i for i, tokens in enumerate(emitted) for _ in tokens]
-                rows = [offsets[i] + (0 if depth == 0 else 1 + sampled[i].accepted_nodes[depth - 1])
-                        for i, tokens in enumerate(emitted) for depth in range(len(tokens))]
-                recorder.record(recorder.score(logits, rows, owners), [t for tokens in emitted for t in tokens],
-                                owners)
-            return emitted
-        current = [ROOT] * len(sampled)
-        active = [True] * len(sampled)
-        emitted = [[] for _ in sampled]
-        lengths = [len(r.output_token_ids) for r in sampled]
-        for request in sampled:
-            request.accepted_nodes = []
-        try:
-            while any(active):
-                rows = [offsets[i] + (1 + current[i] if active[i] and current[i] != ROOT else 0)
-                        for i in range(len(sampled))]
-                batch = logits if rows == list(range(len(logits))) else logits.index_select(0, torch.tensor(rows))
-                owners = [i for i in range(len(sampled)) if active[i]]
-                raw = recorder.score(batch, owners, owners) if recorder is not None and recorder.raw else None
-                if mask is not None and not emitted[0]:
-                    mask(sampled, batch)
-                if recorder is None or raw is not None:
-                    tokens = sampler.sample(sampled, batch)
-                else:
-                    tokens, processed = sampler.sample_processed(sampled, batch)
-                if recorder is not None:
-                    scored = raw if raw is not None else recorder.score(processed, owners, owners)
-                    recorder.record(scored, [tokens[i] for i in owners], owners)
-                for i, request in enumerate(sampled):
-                    if not active[i]:
-                        continue
-                    emitted[i].append(tokens[i])
-                    request.output_token_ids.append(tokens[i])
-                    child = node_child(request.draft, current[i], tokens[i])
-                    if child is None:
-                        active[i] = False
-                    else:
-                        current[i] = child
-                        request.accepted_nodes.append(child)
-        finally:
-            for request, length in zip(sampled, lengths, strict=True):
-                del request.output_token_ids[length:]
-        return emitted
-
-    def commit(self, request: Request, kv_caches: Sequence[torch.Tensor], pool: BlockPool, block_size: int) -> None:
-        """After :meth:`verify` and before the emitted tokens are appended: move accepted keys/values
-        into place, advance the computed count, free blocks holding only rejected nodes, and tell the
-        proposer and the controller (:attr:`stats` counts the draft at :meth:`step_stats`)."""
+    def verified(self, request: Request, accepted: Sequence[int]) -> None:
+        """After the KV manager kept the ``accepted`` nodes of ``request``'s draft (in depth order) and
+        before the emitted tokens are appended: tell the proposer and the controller, and drop the
+        draft (:attr:`stats` counts it at :meth:`step_stats`)."""
         draft = request.draft
-        if draft is None:
-            return
-        accepted = request.accepted_nodes
-        start = request.num_computed_tokens  # the last real token (at start - 1) was computed this step
-        moves = [(start + node, start + depth) for depth, node in enumerate(accepted) if node != depth]
-        if moves:
-            blocks = request.block_ids
-
-            def slot(pos: int) -> int:
-                return blocks[pos // block_size] * block_size + pos % block_size
-
-            src = torch.tensor([slot(s) for s, _ in moves])
-            dst = torch.tensor([slot(d) for _, d in moves])
-            for cache in kv_caches:
-                flat = cache.view(2, -1, *cache.shape[3:])
-                flat[:, dst] = flat[:, src]
-        request.num_computed_tokens += len(accepted)
-        keep = -(-(request.num_computed_tokens + 1) // block_size)
-        if len(request.block_ids) > keep:
-            pool.free(request.block_ids[keep:])
-            del request.block_ids[keep:]
+        assert draft is not None
         self._committed.append((request, draft.node_depths(), len(accepted), len(request.output_token_ids)))
         self.controller.verified(request.request_id, len(accepted), draft.depth,
                                  None if draft.scores is None else sum(draft.scores))
         self.proposer.on_verified(request.request_id, len(accepted))
         request.draft = None
 
-    def step_stats(self, chunks: Sequence[Any], step_time: float) -> dict[str, Any]:
+    def step_stats(self, chunks: Sequence[Any], sampled_rows: int, step_time: float) -> dict[str, Any]:
         """This step's drafting figures for the step-stats hook (the drafts committed this step are
-        counted here, once the engine has appended their tokens); times a pure decode step for the
-        controller's cost fit."""
+        counted here, once the engine has appended their tokens); a pure decode step (every token
+        computed is a sampled row: ``sampled_rows``) is timed for the controller's cost fit."""
         self._count_committed()
         tokens = sum(c.num_tokens for c in chunks)
-        if tokens == self._verified_rows:
+        if tokens == sampled_rows:
             self.controller.observe_step(tokens, step_time)
-        self._verified_rows = 0
         now, before = self.stats, self._reported
         self._reported = attrs.evolve(now, accepted_per_position=list(now.accepted_per_position))
         return {

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from pyagent_core.interfaces.proposer import ROOT, DraftTree
-from pyagent_engine.requests.request import Request
 
 
 def tree_error(draft: DraftTree) -> str | None:
@@ -65,6 +64,8 @@ def draft_positions(start: int, draft: DraftTree) -> list[int]:
 
 
 def node_child(draft: DraftTree | None, node: int, token: int) -> int | None:
+    """The child of ``node`` (``ROOT``: the root) in ``draft`` whose token is ``token``, or ``None``
+    (no draft, no such child): the next step of a walk through a draft."""
     if draft is None:
         return None
     for child in draft.children(node):
@@ -73,14 +74,13 @@ def node_child(draft: DraftTree | None, node: int, token: int) -> int | None:
     return None
 
 
-def walk(request: Request, chosen: Sequence[int], offset: int) -> list[int]:
-    """Walk ``request.draft`` with the token chosen at each of its rows (``chosen[offset]``: after
-    its last real token, ``chosen[offset + 1 + i]``: after node ``i``); return the emitted tokens
-    and set ``request.accepted_nodes``."""
-    request.accepted_nodes = []
-    emitted, node = [chosen[offset]], ROOT
-    while (child := node_child(request.draft, node, emitted[-1])) is not None:
-        request.accepted_nodes.append(child)
+def walk(draft: DraftTree | None, chosen: Sequence[int], offset: int) -> tuple[list[int], list[int]]:
+    """Walk ``draft`` with the token chosen at each of its rows (``chosen[offset]``: after the last
+    real token, ``chosen[offset + 1 + i]``: after node ``i``); return the emitted tokens and the
+    accepted nodes, in depth order."""
+    emitted, accepted, node = [chosen[offset]], [], ROOT
+    while (child := node_child(draft, node, emitted[-1])) is not None:
+        accepted.append(child)
         emitted.append(chosen[offset + 1 + child])
         node = child
-    return emitted
+    return emitted, accepted

@@ -160,22 +160,24 @@ class StructuredOutputs:
 
     # --- each step -------------------------------------------------------------------------------
 
-    def apply_masks(self, requests: Sequence[Request], logits: torch.Tensor) -> None:
-        """Mask ``logits`` (row ``i`` belongs to ``requests[i]``) with each constrained request's bitmask.
+    def apply_masks(self, requests: Sequence[Request], logits: torch.Tensor, rows: Sequence[int] | None = None) -> None:
+        """Mask ``logits`` with each constrained request's bitmask: ``requests[i]``'s row is
+        ``rows[i]`` (default ``i``; other rows, such as draft rows, are left as they are).
 
         A constrained request whose matcher raises, or whose grammar allows no token at all, keeps its
         row unmasked (so that sampling the batch still works) and :meth:`accept` then fails it alone.
         """
-        rows = [i for i, r in enumerate(requests) if r.request_id in self.active]
+        rows = range(len(requests)) if rows is None else rows
+        constrained = [i for i, r in enumerate(requests) if r.request_id in self.active]
         self._failed = {}
-        if not rows:
+        if not constrained:
             return
-        shape = bitmask_shape(len(requests), logits.shape[-1])
+        shape = bitmask_shape(logits.shape[0], logits.shape[-1])
         if self._bitmask.shape[0] < shape[0] or self._bitmask.shape[1] != shape[1]:
             self._bitmask = torch.full((max(shape[0], 2 * self._bitmask.shape[0]), shape[1]), -1, dtype=torch.int32)
         bitmask = self._bitmask[: shape[0]]
-        for row in rows:
-            request = requests[row]
+        for i in constrained:
+            request, row = requests[i], rows[i]
             state = self.active[request.request_id]
             try:
                 if state.next_row is not None and state.next_row.shape[0] == shape[1]:
@@ -185,17 +187,17 @@ class StructuredOutputs:
             except Exception as exc:  # one backend failing on one request must not stop the batch
                 bitmask[row] = 0
                 self._failed[request.request_id] = self._failure(request, "fill_bitmask", exc)
-        index = torch.tensor(rows, dtype=torch.long)
+        index = torch.tensor([rows[i] for i in constrained], dtype=torch.long)
         alive = bitmask.index_select(0, index).any(dim=1).tolist()
         if not all(alive):
-            for row, ok in zip(rows, alive, strict=True):
-                request = requests[row]
+            for i, ok in zip(constrained, alive, strict=True):
+                request = requests[i]
                 if not ok and request.request_id not in self._failed:
                     self._failed[request.request_id] = (
                         f"the constraint allows no token after {len(request.output_token_ids)} output tokens (grammar "
                         f"backend {self.active[request.request_id].compiled.backend!r} reached a dead end); check "
                         "the constraint or try another backend")
-            index = torch.tensor([row for row, ok in zip(rows, alive, strict=True) if ok], dtype=torch.long)
+            index = torch.tensor([rows[i] for i, ok in zip(constrained, alive, strict=True) if ok], dtype=torch.long)
         if len(index):
             apply_token_bitmask(logits, bitmask, index)
 
