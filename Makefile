@@ -11,10 +11,14 @@ INTEGRATION_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pypr
 # Every distribution of the repository: the core, the kernels, the engine, libraries, plugins, integrations.
 DIST_DIRS := . csrc engine $(LIB_DIRS) $(filter-out $(XGRAMMAR_PLUGIN),$(PLUGIN_DIRS)) $(INTEGRATION_DIRS)
 PROJECTS := $(addsuffix /pyproject.toml,$(DIST_DIRS) $(XGRAMMAR_PLUGIN))
+# The kernels' C sources: editing one recompiles pyagent_kernels._C in place (the editable install keys on
+# the pyprojects, so it would not).
+KERNEL_SOURCES := $(wildcard csrc/kernels/*/*.c csrc/kernels/*/*.h csrc/include/pyagent/*.h) csrc/build_kernels.py
+KERNEL_STAMP := $(VENV)/.kernels-built
 
 .PHONY: install wheels demo test lint bench clean vllm-env test-vllm
 
-install: $(STAMP)
+install: $(STAMP) $(KERNEL_STAMP)
 
 $(STAMP): $(PROJECTS) requirements-dev.txt constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +29,11 @@ $(STAMP): $(PROJECTS) requirements-dev.txt constraints.txt Makefile
 	# without resolution, after xgrammar's other runtime dependencies.
 	$(PIP) apache-tvm-ffi pydantic typing-extensions
 	$(PIP) --no-deps --no-build-isolation xgrammar -e $(XGRAMMAR_PLUGIN)
-	touch $(STAMP)
+	touch $(STAMP) $(KERNEL_STAMP)
+
+$(KERNEL_STAMP): $(KERNEL_SOURCES) | $(STAMP)
+	$(PIP) --no-deps --no-build-isolation -e csrc
+	touch $(KERNEL_STAMP)
 
 # A wheel and an sdist of every distribution into dist/ (tools/wheels.py: rebuilt when a distribution's files
 # change, checked with twine; nothing is written into the checkout). Then, without a checkout path:

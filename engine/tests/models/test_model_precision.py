@@ -28,7 +28,7 @@ from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext
 from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.kinds import ATTENTION
 from pyagent_core.registry import get_registry
-from pyagent_engine.kv.cache_tensors import allocate_kv_caches
+from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.gguf_file import read_gguf
 from pyagent_kernels.quantized import QuantizedWeight
@@ -101,7 +101,7 @@ def perplexity(model: DecoderLM, attention: AttentionBackend, ids: list[int]) ->
     total, count = 0.0, 0
     for start in range(0, len(ids) - 1, WINDOW):
         window = ids[start : start + WINDOW]
-        caches = allocate_kv_caches(model.config, -(-WINDOW // BLOCK_SIZE), BLOCK_SIZE, model.dtype)
+        caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(-(-WINDOW // BLOCK_SIZE), BLOCK_SIZE)
         logits = run(model, attention, window, caches, 0, torch.arange(len(window) - 1))
         targets = torch.tensor(window[1:])
         total -= float(torch.log_softmax(logits.double(), -1)[torch.arange(len(targets)), targets].sum())
@@ -111,7 +111,8 @@ def perplexity(model: DecoderLM, attention: AttentionBackend, ids: list[int]) ->
 
 def greedy(model: DecoderLM, attention: AttentionBackend, prompt: list[int], new: int) -> list[int]:
     """``new`` tokens decoded greedily after ``prompt`` (end-of-sequence ignored)."""
-    caches = allocate_kv_caches(model.config, -(-(len(prompt) + new) // BLOCK_SIZE), BLOCK_SIZE, model.dtype)
+    caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(-(-(len(prompt) + new) // BLOCK_SIZE),
+                                                                     BLOCK_SIZE)
     logits = run(model, attention, prompt, caches, 0, torch.tensor([len(prompt) - 1]))
     tokens = [int(logits[0].argmax())]
     while len(tokens) < new:
