@@ -55,3 +55,25 @@ def test_quick_engine_benchmark_reports_rows_and_ratios(cli, tmp_path):
         assert llama_ratio["ratio"] > 0
     else:
         assert peers["llama.cpp"]["reason"] and llama_ratio["ratio"] is None  # not installed, or it crashed
+
+
+def test_profile_splits_a_decode_step_into_kernels_hand_offs_and_the_rest(cli, tmp_path):
+    result = cli("bench", "engine", "--profile", "--quick", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["benchmark"] == "engine-profile" and report["dtype"] == "float32"
+    assert [r["threads"] for r in report["rows"]] == [1, 2]
+    for row in report["rows"]:
+        assert row["steps"] == 8 and row["precision"] == "int8"
+        parts = row["kernels_ms"] + row["handoff_ms"] + row["outside_ms"]
+        assert parts == pytest.approx(row["step_ms"])
+        assert row["outside_forward_ms"] + row["outside_rest_ms"] == pytest.approx(row["outside_ms"])
+        assert sum(row["stages_ms"].values()) <= row["step_ms"]
+        if row["compiled"]:
+            # SmolLM2-135M: 30 layers of 4 products and 4 layer operations (norm, rope, norm, silu), attention
+            # once each, then the final norm and the output head
+            calls = row["kernel_calls_per_step"]
+            assert calls["linear"] == 4 * 30 + 1 and calls["layer_ops"] == 4 * 30 + 1 and calls["attention"] == 30
+            assert row["kernels_ms"] > 0
+            if row["threads"] == 1:
+                assert row["handoff_ms"] == 0

@@ -14,6 +14,7 @@
 #include "pyagent/common.h"
 #include "common/bf16.h"
 #include "common/pool.h"
+#include "common/profile.h"
 #include "common/variant.h"
 #include "sampling/vecmath.h"
 
@@ -222,6 +223,7 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
                         const uint8_t *tree_mask, int64_t tree_width, float scale, int64_t window,
                         float soft_cap, int num_threads, int64_t *err_index)
 {
+    const int64_t started = pak_profile_begin();
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
     *err_index = -1;
@@ -230,13 +232,13 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
         || num_blocks < 0 || block_size <= 0 || max_blocks < 0 || tree_width < 0 || !query_start_loc
         || (num_seqs > 0 && (!seq_lens || (max_blocks > 0 && !block_tables))) || !isfinite(scale)
         || window < 0 || !(soft_cap >= 0.0f && isfinite(soft_cap)))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_EINVAL);
     if (num_tokens > 0 && (!out || !q || !k || !v || !kv_cache || !slot_mapping))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_EINVAL);
     int rc = check_indices(num_tokens, num_blocks, block_size, block_tables, max_blocks, slot_mapping,
                            seq_lens, query_start_loc, num_seqs, tree_mask, tree_width, err_index);
     if (rc != PAK_OK || num_tokens == 0)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, rc);
     const int64_t elem = dtype == PAK_ATTN_BF16 ? 2 : 4, row_bytes = num_kv_heads * head_size * elem;
     pak_attn attn = {out, q, kv_cache, dtype == PAK_ATTN_BF16, num_heads, num_kv_heads, head_size,
                      (head_size + 15) / 16 * 16, block_size, max_blocks,
@@ -244,13 +246,13 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
                      tree_mask, tree_width, scale, window, soft_cap, NULL};
     int64_t *tree_pos = NULL;
     if (tree_mask && window && !(tree_pos = tree_positions(&attn, num_seqs, num_tokens)))
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_ENOMEM);
     attn.tree_pos = tree_pos;
     int64_t num_items, work;
     pak_item *items = make_items(&attn, num_seqs, &num_items, &work);
     if (!items) {
         free(tree_pos);
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_ENOMEM);
     }
     write_cache(kv_cache, k, v, slot_mapping, num_tokens, row_bytes, attn.plane_bytes);
     const int64_t group = num_heads / num_kv_heads;
@@ -265,11 +267,11 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
     if (!job.scratch) {
         free(items);
         free(tree_pos);
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_ENOMEM);
     }
     pak_pool_run(run_items, &job, num_items, 1, (int)threads);
     free(job.scratch);
     free(items);
     free(tree_pos);
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_OK);
 }

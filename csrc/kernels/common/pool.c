@@ -8,13 +8,16 @@
  * The counter `ticket` holds the call's generation (high 32 bits) and the next chunk (low 32 bits).
  * A claim is a compare-and-swap that keeps the generation, so a helper that wakes late cannot claim
  * a chunk of a later call with the job it read for an earlier one; and a successful claim means the
- * call is not finished (its chunk is not done), so the job it reads after claiming is still there. */
+ * call is not finished (its chunk is not done), so the job it reads after claiming is still there.
+ * While the kernels' counters are on (pyagent/profile.h), a call that had helpers counts its caller's
+ * time not spent on chunks (publishing, waking, waiting for the last chunk) as its hand-off. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "common/pool.h"
+#include "common/profile.h"
 
 #define SPIN_ROUNDS 30000
 
@@ -42,17 +45,21 @@ static inline void cpu_relax(void)
 }
 
 /* Claim and run chunks of call `generation` until none are left; `worker` is 0 for the caller,
- * 1 + its index for a helper. */
-static void claim_chunks(unsigned generation, int worker)
+ * 1 + its index for a helper. With `timed`, returns the nanoseconds spent running chunks (else 0). */
+static int64_t claim_chunks(unsigned generation, int worker, int timed)
 {
+    int64_t working = 0;
     for (;;) {
         uint64_t ticket = atomic_load(&pool.ticket);
         if ((unsigned)(ticket >> 32) != generation || (int64_t)(uint32_t)ticket >= pool.chunks)
-            return;
+            return working;
         if (!atomic_compare_exchange_weak(&pool.ticket, &ticket, ticket + 1))
             continue;
         const int64_t begin = (int64_t)(uint32_t)ticket * pool.grain;
+        const int64_t started = timed ? pak_profile_now() : 0;
         pool.fn(pool.ctx, begin, begin + pool.grain < pool.count ? begin + pool.grain : pool.count, worker);
+        if (timed)
+            working += pak_profile_now() - started;
         atomic_fetch_add(&pool.done, 1);
     }
 }
@@ -78,7 +85,7 @@ static void *helper_main(void *arg)
         }
         seen = now;
         if (index < pool.wanted)
-            claim_chunks(now, 1 + index);
+            claim_chunks(now, 1 + index, 0);
     }
     return NULL;
 }
@@ -122,6 +129,7 @@ void pak_pool_run(pak_pool_fn fn, const void *ctx, int64_t count, int64_t grain,
         fn(ctx, 0, count, 0);
         return;
     }
+    const int64_t started = pak_profile_begin(); /* the hand-off: this call's time not spent on chunks */
     start_helpers(threads - 1);
     pool.wanted = threads - 1;
     const unsigned generation = atomic_load(&pool.generation) + 1;
@@ -138,8 +146,10 @@ void pak_pool_run(pak_pool_fn fn, const void *ctx, int64_t count, int64_t grain,
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    claim_chunks(generation, 0);
+    const int64_t working = claim_chunks(generation, 0, started != 0);
     while (atomic_load(&pool.done) < chunks)
         cpu_relax();
     pthread_mutex_unlock(&pool.busy);
+    if (started != 0)
+        pak_profile_handoff(pak_profile_now() - started - working);
 }

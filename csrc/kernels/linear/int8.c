@@ -15,6 +15,7 @@
 #include "pyagent/common.h"
 #include "pyagent/linear_int8.h"
 #include "common/pool.h"
+#include "common/profile.h"
 #include "common/variant.h"
 #include "linear/int8_amx.h"
 #include "linear/int8_layout.h"
@@ -273,22 +274,23 @@ static void run_groups(const void *ctx, int64_t g0, int64_t g1, int worker)
 int pak_linear_int8(const void *x, int x_bf16, const pak_int8_part *parts, int nparts, void *y, int y_f32,
                     int64_t rows, int64_t in, void *scratch, int threads)
 {
+    const int64_t started = pak_profile_begin();
     if (rows < 0 || nparts < 0 || (nparts > 0 && parts == NULL) || !parts_valid(parts, nparts, in))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_EINVAL);
     int64_t out = 0, groups = 0;
     for (int p = 0; p < nparts; ++p) {
         out += parts[p].out;
         groups += (parts[p].out + G_ROWS - 1) / G_ROWS;
     }
     if (rows == 0 || out == 0)
-        return PAK_OK;
+        return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_OK);
     if (x == NULL || y == NULL)
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_EINVAL);
     void *owned = NULL;
     if (scratch == NULL) {
         owned = scratch = aligned_alloc(64, (size_t)pak_int8_scratch_bytes(parts, nparts, rows, in));
         if (scratch == NULL)
-            return PAK_ENOMEM;
+            return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_ENOMEM);
     }
     product_job job = {.parts = parts, .nparts = nparts, .rows = rows, .in = in, .act = scratch,
                        .out = {y, y_f32 != 0, out}, .group = choose().group};
@@ -301,5 +303,5 @@ int pak_linear_int8(const void *x, int x_bf16, const pak_int8_part *parts, int n
     const int64_t grain = groups / (4 * workers) > 0 ? groups / (4 * workers) : 1;
     pak_pool_run(run_groups, &job, groups, grain, threads);
     free(owned);
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_OK);
 }

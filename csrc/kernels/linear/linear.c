@@ -31,6 +31,7 @@
 #include "pyagent/linear.h"
 #include "common/bf16.h"
 #include "common/pool.h"
+#include "common/profile.h"
 #include "common/variant.h"
 #include "linear/quant_blocks.h"
 
@@ -814,13 +815,15 @@ static int linear_dense(const void *x, const void *w, void *y, int y_f32, int64_
 
 int pak_linear_f32(const float *x, const float *w, float *y, int64_t rows, int64_t out, int64_t in, int threads)
 {
-    return linear_dense(x, w, y, 1, rows, out, in, threads, 4);
+    const int64_t started = pak_profile_begin();
+    return pak_profile_return(PAK_PROFILE_LINEAR, started, linear_dense(x, w, y, 1, rows, out, in, threads, 4));
 }
 
 int pak_linear_bf16(const uint16_t *x, const uint16_t *w, void *y, int y_f32, int64_t rows, int64_t out,
                     int64_t in, int threads)
 {
-    return linear_dense(x, w, y, y_f32 != 0, rows, out, in, threads, 2);
+    const int64_t started = pak_profile_begin();
+    return pak_profile_return(PAK_PROFILE_LINEAR, started, linear_dense(x, w, y, y_f32 != 0, rows, out, in, threads, 2));
 }
 
 int64_t pak_weight_row_bytes(int wtype, int64_t in)
@@ -861,11 +864,13 @@ static int linear_quantized(const void *x, const uint8_t *w, int wtype, void *y,
 int pak_linear_quant_f32(const float *x, const uint8_t *w, int wtype, float *y, int64_t rows, int64_t out,
                          int64_t in, int threads)
 {
-    return linear_quantized(x, w, wtype, y, 1, rows, out, in, threads, 4);
+    const int64_t started = pak_profile_begin();
+    return pak_profile_return(PAK_PROFILE_LINEAR, started, linear_quantized(x, w, wtype, y, 1, rows, out, in, threads, 4));
 }
 
 int pak_linear_quant_bf16(const uint16_t *x, const uint8_t *w, int wtype, void *y, int y_f32, int64_t rows,
                           int64_t out, int64_t in, int threads)
 {
-    return linear_quantized(x, w, wtype, y, y_f32 != 0, rows, out, in, threads, 2);
+    const int64_t started = pak_profile_begin();
+    return pak_profile_return(PAK_PROFILE_LINEAR, started, linear_quantized(x, w, wtype, y, y_f32 != 0, rows, out, in, threads, 2));
 }

@@ -18,6 +18,7 @@
 #include "common/bf16.h"
 #include "common/lanes.h"
 #include "common/pool.h"
+#include "common/profile.h"
 #include "common/variant.h"
 
 #if PAK_X86_VARIANTS
@@ -175,12 +176,13 @@ int pak_lora_apply(const void *x, void *y, int dtype, const int32_t *slots, int6
                    const void *a, const void *b, const float *scales, const int32_t *ranks, const int64_t *starts,
                    int64_t slices, int64_t max_loras, int64_t max_rank, float *u, int32_t *order, int threads)
 {
+    const int64_t started = pak_profile_begin();
     const int rc = check(x, y, dtype, slots, rows, in, out, a, b, scales, ranks, starts, slices, max_loras, max_rank,
                          u, order);
     if (rc != PAK_OK)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_LORA, started, rc);
     if (rows == 0 || max_loras == 0 || max_rank == 0 || out == 0)
-        return PAK_OK;
+        return pak_profile_return(PAK_PROFILE_LORA, started, PAK_OK);
     int64_t num_blocks = 0;
     for (int64_t k = 0; k < slices; ++k)
         num_blocks += (starts[k + 1] - starts[k] + COLUMNS - 1) / COLUMNS;
@@ -196,7 +198,7 @@ int pak_lora_apply(const void *x, void *y, int dtype, const int32_t *slots, int6
         free(count);
         free(groups);
         free(blocks);
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_LORA, started, PAK_ENOMEM);
     }
     memset(count, 0, ((size_t)max_loras + 1) * sizeof *count);
     /* Stable counting sort of the rows that use a slot, by slot. */
@@ -236,5 +238,5 @@ int pak_lora_apply(const void *x, void *y, int dtype, const int32_t *slots, int6
         free(groups);
         free(blocks);
     }
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_LORA, started, PAK_OK);
 }

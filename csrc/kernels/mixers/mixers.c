@@ -9,6 +9,7 @@
 #include "pyagent/mixers.h"
 #include "common/lanes.h"
 #include "common/pool.h"
+#include "common/profile.h"
 #include "common/variant.h"
 
 #define PAK_LANES 16
@@ -130,18 +131,19 @@ int pak_short_conv(const float *x, const float *weight, const float *bias, float
                    const int32_t *query_start_loc, const int32_t *seq_lens, const int64_t *state_slots,
                    int64_t num_seqs, int activation, int num_threads, int64_t *err_index)
 {
+    const int64_t started = pak_profile_begin();
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
     *err_index = -1;
     if (channels <= 0 || width < 2 || (activation != PAK_CONV_NONE && activation != PAK_CONV_SILU) || !weight
         || (num_slots > 0 && !state) || (num_tokens > 0 && (!x || !out)))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINVAL);
     int rc = check_state_call(num_tokens, num_slots, query_start_loc, seq_lens, state_slots, num_seqs, err_index);
     if (rc != PAK_OK || num_seqs == 0)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, rc);
     float *weight_t = malloc((size_t)(width * channels + num_seqs * channels) * sizeof(float));
     if (!weight_t)
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_ENOMEM);
     for (int64_t c = 0; c < channels; ++c)
         for (int64_t j = 0; j < width; ++j)
             weight_t[j * channels + c] = weight[c * width + j];
@@ -149,7 +151,7 @@ int pak_short_conv(const float *x, const float *weight, const float *bias, float
                         query_start_loc, seq_lens, state_slots, activation == PAK_CONV_SILU};
     pak_pool_run(run_conv, &job, num_seqs, 1, threads_for(num_threads, num_seqs));
     free(weight_t);
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_OK);
 }
 
 static void run_ssd(const void *ctx, int64_t begin, int64_t end, int worker)
@@ -166,20 +168,21 @@ int pak_ssd(const float *x, const float *dt, const float *A, const float *B, con
             const int32_t *seq_lens, const int64_t *state_slots, int64_t num_seqs, float dt_min, float dt_max,
             int num_threads, int64_t *err_index)
 {
+    const int64_t started = pak_profile_begin();
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
     *err_index = -1;
     if (heads <= 0 || head_dim <= 0 || groups <= 0 || heads % groups || state_size <= 0 || !A || !D || !dt_bias
         || (num_slots > 0 && !state) || (num_tokens > 0 && (!x || !dt || !B || !C || !y))
         || isnan(dt_min) || isnan(dt_max) || dt_min > dt_max)
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINVAL);
     int rc = check_state_call(num_tokens, num_slots, query_start_loc, seq_lens, state_slots, num_seqs, err_index);
     if (rc != PAK_OK || num_seqs == 0)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, rc);
     pak_ssd_job job = {x, dt, A, B, C, D, dt_bias, state, y, heads, head_dim, groups, state_size,
                        query_start_loc, seq_lens, state_slots, dt_min, dt_max};
     pak_pool_run(run_ssd, &job, num_seqs * heads, 1, threads_for(num_threads, num_seqs * heads));
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_OK);
 }
 
 static void run_delta(const void *ctx, int64_t begin, int64_t end, int worker)
@@ -197,20 +200,21 @@ int pak_gated_delta(const float *q, const float *k, const float *v, const float 
                     const int32_t *seq_lens, const int64_t *state_slots, int64_t num_seqs, float scale,
                     int num_threads, int64_t *err_index)
 {
+    const int64_t started = pak_profile_begin();
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
     *err_index = -1;
     if (key_heads <= 0 || key_dim <= 0 || value_heads <= 0 || value_heads % key_heads || value_dim <= 0
         || value_dim > PAK_MAX_VALUE_DIM || !isfinite(scale) || (num_slots > 0 && !state)
         || (num_tokens > 0 && (!q || !k || !v || !g || !beta || !o)))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINVAL);
     int rc = check_state_call(num_tokens, num_slots, query_start_loc, seq_lens, state_slots, num_seqs, err_index);
     if (rc != PAK_OK || num_seqs == 0)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, rc);
     pak_delta_job job = {q, k, v, g, beta, state, o, key_heads, key_dim, value_heads, value_dim,
                          query_start_loc, seq_lens, state_slots, scale};
     pak_pool_run(run_delta, &job, num_seqs * value_heads, 1, threads_for(num_threads, num_seqs * value_heads));
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_OK);
 }
 
 static void run_mla(const void *ctx, int64_t begin, int64_t end, int worker)
@@ -230,6 +234,7 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
             const int32_t *block_tables, int64_t max_blocks, const int64_t *slot_mapping, const int32_t *seq_lens,
             const int32_t *query_start_loc, int64_t num_seqs, float scale, int num_threads, int64_t *err_index)
 {
+    const int64_t started = pak_profile_begin();
     int64_t ignored;
     err_index = err_index ? err_index : &ignored;
     *err_index = -1;
@@ -237,30 +242,30 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
         || num_blocks < 0 || block_size <= 0 || max_blocks < 0 || !query_start_loc || !isfinite(scale)
         || !w_uk || !w_uv || (num_seqs > 0 && (!seq_lens || (max_blocks > 0 && !block_tables)))
         || (num_tokens > 0 && (!q_nope || !q_pe || !latent || !k_pe || !cache || !out || !slot_mapping)))
-        return PAK_EINVAL;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINVAL);
     int rc = check_layout(num_tokens, query_start_loc, seq_lens, num_seqs, err_index);
     if (rc != PAK_OK)
-        return rc;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, rc);
     int64_t longest = 1;
     for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t blocks = ((int64_t)seq_lens[s] + block_size - 1) / block_size;
         *err_index = s;
         if (blocks > max_blocks)
-            return PAK_EPARAM;
+            return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EPARAM);
         for (int64_t b = 0; b < blocks; ++b)
             if (block_tables[s * max_blocks + b] < 0 || block_tables[s * max_blocks + b] >= num_blocks)
-                return PAK_EINDEX;
+                return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINDEX);
         longest = seq_lens[s] > longest ? seq_lens[s] : longest;
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
         if (slot_mapping[t] < 0 || slot_mapping[t] >= num_blocks * block_size) {
             *err_index = num_seqs + t;
-            return PAK_EINDEX;
+            return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_EINDEX);
         }
     }
     *err_index = -1;
     if (num_tokens == 0)
-        return PAK_OK;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_OK);
     const int64_t groups = (heads + PAK_MLA_GROUP - 1) / PAK_MLA_GROUP;
     const int threads = threads_for(num_threads, num_tokens * groups);
     const int64_t stride = (longest + 15) / 16 * 16;
@@ -270,7 +275,7 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
     if (!token_seq || !scratch) {
         free(token_seq);
         free(scratch);
-        return PAK_ENOMEM;
+        return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_ENOMEM);
     }
     for (int64_t s = 0; s < num_seqs; ++s)
         for (int64_t t = query_start_loc[s]; t < query_start_loc[s + 1]; ++t)
@@ -286,5 +291,5 @@ int pak_mla(const float *q_nope, const float *q_pe, const float *latent, const f
     pak_pool_run(run_mla, &job, num_tokens * groups, 1, threads);
     free(token_seq);
     free(scratch);
-    return PAK_OK;
+    return pak_profile_return(PAK_PROFILE_MIXERS, started, PAK_OK);
 }

@@ -5,7 +5,9 @@ against ``python -c pass`` (the interpreter floor) and ``python -c "import torch
 would cost if it imported torch), each in a fresh process.
 
 ``engine`` measures generation on the embedded model against Hugging Face transformers (and
-llama.cpp when it is installed); the measuring lives in :mod:`pyagent_engine.benchmarks.engine`.
+llama.cpp when it is installed); the measuring lives in :mod:`pyagent_engine.benchmarks.engine`. With
+``--profile`` it splits a batch-1 decode step's time into the C kernels, the hand-offs to their helper
+threads and everything outside the kernels instead (:mod:`pyagent_engine.benchmarks.step_profile`).
 
 ``kvcache`` replays a block trace through every installed eviction policy and Belady's MIN
 (:mod:`pyagent_engine.benchmarks.kvcache`), LRU being the peer.
@@ -140,6 +142,31 @@ def _print_engine_report(report: dict[str, Any]) -> None:
     _print_ratios([*report["ratios"], *(pp_tg["ratios"] if pp_tg else [])])
 
 
+def _print_profile_report(report: dict[str, Any]) -> None:
+    rows = report["rows"]
+    print_table(
+        f"batch-1 decode step of {report['model']} ({report['dtype']}, kernels: {report['kernels']['isa']}, "
+        f"int8 dot {report['kernels']['int8_dot']}), mean of {rows[0]['steps']} steps; ms per step",
+        ["threads", "precision", "tok/s", "step", "step CPU", "kernels", "hand-offs", "outside", "of it: forward", "rest of step",
+         "outside share (median step)"],
+        [(r["threads"], r["precision"], _number(r["tok_s"]), _number(r["step_ms"], 2), _number(r["step_cpu_ms"], 2),
+          _number(r["kernels_ms"], 2),
+          _number(r["handoff_ms"], 2), _number(r["outside_ms"], 2), _number(r["outside_forward_ms"], 2),
+          _number(r["outside_rest_ms"], 2), f"{r['outside_share']:.1%} ({r['median_step_outside_share']:.1%})")
+         for r in rows],
+    )
+    areas = [a for a in rows[0]["kernel_areas_ms"] if any(r["kernel_calls_per_step"][a] for r in rows)]
+    stages = list(rows[0]["stages_ms"])
+    print_table(
+        "inside the kernels, per area, and the engine's stages (ms per step; kernel calls per step)",
+        ["threads", *(f"{a} ({rows[0]['kernel_calls_per_step'][a]})" for a in areas), *stages],
+        [(r["threads"], *(_number(r["kernel_areas_ms"][a], 3) for a in areas),
+          *(_number(r["stages_ms"][s], 3) for s in stages)) for r in rows],
+    )
+    if not all(r["compiled"] for r in rows):
+        print("the C kernels are not compiled: the kernels ran in torch and nothing was counted inside them")
+
+
 def _print_ratios(rows: list[dict[str, Any]]) -> None:
     """A ratios table: name, value, goal and whether it was met (``-`` where a side was not measured)."""
     print_table(
@@ -164,6 +191,9 @@ def engine(
     precision: Annotated[list[str] | None, typer.Option(
         help="pyagent's precision for a GGUF's quantized matrices, int8 or exact (repeat to measure both; "
              "default: the engine's, see --precision of generate).")] = None,
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Instead: where a batch-1 decode step's time goes (C kernels, hand-offs to their threads, "
+                          "outside the kernels), with 1 and 2 threads; the first --dtype and --precision.")] = False,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -178,6 +208,15 @@ def engine(
     if unknown:
         raise typer.BadParameter(f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
                                  param_hint="--dtype")
+    if profile:
+        from pyagent_engine.benchmarks.step_profile import StepProfileSettings, run_step_profile
+
+        report = run_step_profile(StepProfileSettings(
+            model=model, dtype=dtypes[0] if dtype else "float32", precision=precision[0] if precision else None,
+            steps=8 if quick else 128))
+        if not save_or_print_json(report, out, json_out):
+            _print_profile_report(report)
+        return
     if llama_bench is not None and model is not None and (model.suffix != ".gguf" or not model.is_file()):
         raise typer.BadParameter(f"{model} is not a .gguf file; llama-bench and pyagent must read the same GGUF",
                                  param_hint="--llama-bench")

@@ -19,8 +19,9 @@ the values the dequantized matrix holds), which gives the same bits from fewer b
 The batch is flat: ``num_tokens`` new tokens of any number of sequences, placed by the attention
 metadata, so prefill, chunked prefill and decode steps are the same call. A step runs on activation
 buffers allocated once for it, with every kernel call between two attention calls checked once and
-then run as it is (:func:`pyagent_kernels.run_prepared`); small steps (decode, draft verification)
-keep theirs for the next step of the same size, so a decode step spends its time in the kernels.
+then run as it is (:class:`pyagent_kernels.program.Program`: the calls between two attention calls
+are one call into C); small steps (decode, draft verification) keep theirs for the next step of the
+same size, so a decode step spends its time in the kernels.
 
 LoRA adapters (:mod:`pyagent_model_base.lora`): every q/k/v, o, gate/up and down projection may be
 adapted; :meth:`DecoderLM.enable_lora` sets up the slots, and a step whose ``lora_slots`` name any
@@ -54,7 +55,6 @@ from pyagent_core.interfaces.model import (
     read_keys,
     token_ids,
 )
-from pyagent_kernels import run_prepared
 from pyagent_kernels.layer_ops import add_rms_norm
 from pyagent_kernels.linear import Precision, linear
 from pyagent_kernels.quantized import QuantizedWeight, shared_format
@@ -470,8 +470,8 @@ class DecoderLM(CausalLM):
         else:
             torch.index_select(self.embed_tokens, 0, input_ids, out=hidden)
         q, k, v, attended = plan.q, plan.k, plan.v, plan.attended
-        for index, (before, after) in enumerate(plan.calls):
-            run_prepared(before)
+        for index, (before, after) in enumerate(plan.programs()):
+            before.run()
             out = attention.forward(q, k, v, kv_caches[index], metadata, index)
             if out.shape != attended.shape or out.dtype != attended.dtype:
                 raise ValueError(
@@ -480,7 +480,7 @@ class DecoderLM(CausalLM):
                     f"{attended.dtype} {list(attended.shape)}"
                 )
             attended.copy_(out)
-            run_prepared(after)
+            after.run()
         if plan.calls:
             hidden += plan.delta
         last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)

@@ -1,9 +1,10 @@
 """A step's activation buffers and every decoder layer's kernel calls on them, checked once.
 
 :class:`Workspace` holds ``[rows, width]`` buffers per activation; :class:`StepPlan` views the first
-``tokens`` rows of each and prepares each layer's calls (:func:`pyagent_kernels.run_prepared`), so a
-step runs kernels only. The operations no kernel covers (a q/k/v bias, per-head q/k RMSNorm) are
-prepared torch calls on the same buffers (:func:`torch_step`).
+``tokens`` rows of each and prepares each layer's calls, run as :class:`pyagent_kernels.program.Program`
+objects (each run of consecutive C kernel calls is one call into C), so a step runs kernels only. The
+operations no kernel covers (a q/k/v bias, per-head q/k RMSNorm) are prepared torch calls on the same
+buffers (:func:`torch_step`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pyagent_core.interfaces.model import ModelConfig
 from pyagent_kernels import PreparedCall
 from pyagent_kernels.layer_ops import prepare_add_rms_norm, prepare_rope_split, prepare_silu_mul
 from pyagent_kernels.linear import Precision, prepare_linear
+from pyagent_kernels.program import Program
 from pyagent_kernels.quantized import QuantizedWeight
 
 #: Steps of at most this many tokens reuse their model's buffers and prepared kernel calls; larger
@@ -95,7 +97,8 @@ class StepPlan:
     normalizing the q/k heads where the layer has them), then rotates and splits it into ``q``,
     ``k``, ``v``; the attention output then goes into ``attended``; ``after`` projects it, adds it to
     ``hidden`` and runs the MLP into ``delta``. Products with quantized weights run at ``precision``
-    (:func:`pyagent_kernels.linear.linear`'s "exact" or "int8").
+    (:func:`pyagent_kernels.linear.linear`'s "exact" or "int8"). Whoever changes ``calls`` (LoRA
+    inserts its own) assigns a new list; :meth:`programs` follows it.
     """
 
     def __init__(self, config: ModelConfig, layers: Sequence[LayerWeights], workspace: Workspace, tokens: int,
@@ -142,3 +145,10 @@ class StepPlan:
             )
             for index, layer in enumerate(self.layers)
         ]
+        self._programs: tuple[object, list[tuple[Program, Program]]] | None = None
+
+    def programs(self) -> list[tuple[Program, Program]]:
+        """``calls`` as programs, ``(before, after)`` per layer; made again when ``calls`` was replaced."""
+        if self._programs is None or self._programs[0] is not self.calls:
+            self._programs = self.calls, [(Program(before), Program(after)) for before, after in self.calls]
+        return self._programs[1]
