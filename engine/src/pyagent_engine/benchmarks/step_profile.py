@@ -93,7 +93,8 @@ def _summary(records: list[dict[str, Any]], threads: int) -> dict[str, Any]:
     outside_shares = sorted((r["wall_s"] - r["kernels"].total_s) / r["wall_s"] for r in records)
     return {
         "threads": threads, "steps": steps, "tok_s": 1.0 / wall, "compiled": records[0]["kernels"].compiled,
-        "step_ms": wall * 1e3, "step_cpu_ms": mean(lambda r: r["cpu_s"]) * 1e3, "kernels_ms": (inside - handoff) * 1e3, "handoff_ms": handoff * 1e3,
+        "step_ms": wall * 1e3, "step_cpu_ms": mean(lambda r: r["cpu_s"]) * 1e3,
+        "kernels_ms": (inside - handoff) * 1e3, "handoff_ms": handoff * 1e3,
         "outside_ms": (wall - inside) * 1e3, "outside_forward_ms": (forward - inside) * 1e3,
         "outside_rest_ms": (wall - forward) * 1e3,
         "kernels_share": (inside - handoff) / wall, "handoff_share": handoff / wall,

@@ -147,8 +147,8 @@ def _print_profile_report(report: dict[str, Any]) -> None:
     print_table(
         f"batch-1 decode step of {report['model']} ({report['dtype']}, kernels: {report['kernels']['isa']}, "
         f"int8 dot {report['kernels']['int8_dot']}), mean of {rows[0]['steps']} steps; ms per step",
-        ["threads", "precision", "tok/s", "step", "step CPU", "kernels", "hand-offs", "outside", "of it: forward", "rest of step",
-         "outside share (median step)"],
+        ["threads", "precision", "tok/s", "step", "step CPU", "kernels", "hand-offs", "outside", "of it: forward",
+         "rest of step", "outside share (median step)"],
         [(r["threads"], r["precision"], _number(r["tok_s"]), _number(r["step_ms"], 2), _number(r["step_cpu_ms"], 2),
           _number(r["kernels_ms"], 2),
           _number(r["handoff_ms"], 2), _number(r["outside_ms"], 2), _number(r["outside_forward_ms"], 2),
