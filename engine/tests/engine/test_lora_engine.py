@@ -200,6 +200,26 @@ def test_adapters_that_cannot_be_served_are_refused_with_one_clear_error(llm: LL
         base.close()
 
 
+def test_generate_and_chat_take_one_adapter_for_the_call(cli: Any, llm: LLM, folders: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """``--lora PATH`` runs every prompt of the call with that adapter: the text of ``LLM.generate`` with it."""
+    expected = llm.generate([PROMPTS[1]], GREEDY, lora_request="qv")[0].text
+    base = llm.generate([PROMPTS[1]], GREEDY)[0].text
+    assert expected != base
+    result = cli("generate", PROMPTS[1], "--raw", "--max-tokens", "6", "--ignore-eos", "--precision", "exact",
+                 "--lora", str(folders["qv"]), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected + "\n"
+    chat = [{"role": "user", "content": PROMPTS[0]}]
+    reply = llm.generate([chat], SamplingParams(temperature=0, max_tokens=6), lora_request="all-rs")[0].text
+    result = cli("chat", "--temperature", "0", "--max-tokens", "6", "--precision", "exact", "--lora",
+                 str(folders["all-rs"]), stdin=PROMPTS[0] + "\n/exit\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == reply + "\n"
+    result = cli("generate", "hi", "--lora", str(tmp_path / "missing"), cwd=tmp_path)
+    assert result.returncode == 2 and "missing" in result.stderr and "Traceback" not in result.stderr
+
+
 # --- the slot table against an independent LRU model ------------------------------------------------
 
 
