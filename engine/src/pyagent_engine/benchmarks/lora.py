@@ -7,14 +7,16 @@ streams``, every request submitted at once, greedy, ``max_tokens`` each, end of 
 
 - output tok/s of ``streams`` concurrent streams on the base model, over ``adapters`` adapters (stream
   ``i`` on adapter ``i % adapters``, every adapter in its own slot, all in the same steps), and all on
-  one adapter; each round runs the three back to back, the median of ``rounds`` rounds is reported, and
-  the ratios to the base model's figure (issue 31's goal: >= 0.8 over 4 adapters at 8 streams);
+  one adapter; each round runs the three back to back (each of them first in turn), the median of
+  ``rounds`` rounds is reported, and the median over the rounds of each run's ratio to the base run of
+  its round (a shared machine's load drifts between rounds more than within one; issue 31's goal:
+  >= 0.8 over 4 adapters at 8 streams);
 - adapter load time: reading and checking a file (``add_lora``) and copying it into a slot
   (``load_lora``), the median over the adapters.
 
 With ``llama_server`` (the binary), llama.cpp's server on the same GGUF model with ``streams`` slots is
-measured by the same closed loop as ``pyagent bench serve`` (``/v1/completions``), without and with
-``--lora`` on the first adapter file (llama-server applies a ``--lora`` adapter to every request: its
+measured by the same closed loop as ``pyagent bench serve`` (``/v1/completions``, after a warm-up
+round of 2-token requests), without and with ``--lora`` on the first adapter file (llama-server applies a ``--lora`` adapter to every request: its
 one-adapter case), one run each, and its ratio sits beside pyagent's one-adapter ratio.
 """
 
@@ -66,7 +68,7 @@ class LoRABenchSettings:
     rank: int = 8
     targets: str = "qv"
     max_tokens: int = 64
-    rounds: int = 3
+    rounds: int = 5
     llama_server: Path | None = None
     seed: int = 0
 
@@ -143,16 +145,17 @@ def pyagent_figures(settings: LoRABenchSettings, paths: Sequence[Path], llm: Any
         "1 adapter": [names[0]] * settings.streams,
     }
     warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
-    llm.generate(prompts[: len(names) + 1], warm, lora_request=[None, *names])  # every slot loaded, plans built
+    llm.generate([encoded[0]] * (len(names) + 1), warm, lora_request=[None, *names])  # slots loaded, plans built
     rates: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(settings.rounds):
-        for name, adapters in runs.items():
-            rates[name].append(_throughput(llm, prompts, params, adapters))
-    medians = {name: statistics.median(values) for name, values in rates.items()}
-    base = medians["base"]
-    return {"load": loads, "tok_s": medians, "rounds": rates,
-            "ratios": {name: value / base for name, value in medians.items() if name != "base"},
-            "prompt_tokens": [len(p) for p in prompts]}
+    order = list(runs)
+    for index in range(settings.rounds):
+        for name in order[index % len(order):] + order[:index % len(order)]:  # each run first in turn
+            rates[name].append(_throughput(llm, prompts, params, runs[name]))
+    base = rates["base"]
+    return {"load": loads, "tok_s": {name: statistics.median(values) for name, values in rates.items()},
+            "rounds": rates, "prompt_tokens": [len(p) for p in prompts],
+            "ratios": {name: statistics.median(v / b for v, b in zip(values, base, strict=True))
+                       for name, values in rates.items() if name != "base"}}
 
 
 def llama_server_figures(settings: LoRABenchSettings, gguf: Path, adapter: Path) -> dict[str, Any]:
@@ -160,12 +163,14 @@ def llama_server_figures(settings: LoRABenchSettings, gguf: Path, adapter: Path)
     assert settings.llama_server is not None
     load = ServeBenchSettings(concurrency=(settings.streams,), max_tokens=settings.max_tokens, rounds=2,
                               min_requests=settings.streams, endpoint="completions")
+    warm = attrs.evolve(load, max_tokens=2, rounds=1)
     prompts = list(PROMPTS)
     figures = {}
     for name, extra in (("base", ()), ("1 adapter", ("--lora", str(adapter)))):
         port = free_port()
         argv = llama_server_argv(settings.llama_server, gguf, port, settings.streams, load.ctx_per_slot, extra)
         with running_server(f"llama-server ({name})", argv, port) as url:
+            run_level(url, "model", prompts, settings.streams, warm)  # the weights paged in, every slot used once
             summary, _ = run_level(url, "model", prompts, settings.streams, load)
         if summary["failed"]:
             raise RuntimeError(f"llama-server ({name}) requests failed: {summary['errors']}")

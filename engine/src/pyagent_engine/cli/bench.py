@@ -567,7 +567,7 @@ def lora(
     targets: Annotated[str, typer.Option(help="What they adapt: qv (q/v projections) or all (every projection).")]
     = "qv",
     max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request (EOS ignored).")] = 64,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds of the pyagent runs; the median is reported.")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of the pyagent runs; medians are reported.")] = 5,
     llama_server: Annotated[Path | None, typer.Option(
         "--llama-server", help="llama.cpp's llama-server binary: measured without and with --lora on the first "
                                "adapter file, with as many slots as streams.")] = None,
@@ -593,7 +593,7 @@ def lora(
         f"{streams} concurrent streams, {max_tokens} tokens each (EOS ignored), {adapters} random adapters of rank "
         f"{rank} on {targets}; {host['cpu']} x{host['logical_cpus']}, kernels {host['isa']}, "
         f"precision {report['precision']}, load average {host['load_average']}",
-        ["engine", "run", "output tok/s", "x base"],
+        ["engine", "run", "output tok/s (median)", "x base (median of rounds)"],
         [("pyagent", name, _number(value), f"{ours['ratios'].get(name, 1.0):.2f}x")
          for name, value in ours["tok_s"].items()]
         + [("llama-server", name, _number(value),
