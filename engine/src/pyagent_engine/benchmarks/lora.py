@@ -16,8 +16,9 @@ streams``, every request submitted at once, greedy, ``max_tokens`` each, end of 
 
 With ``llama_server`` (the binary), llama.cpp's server on the same GGUF model with ``streams`` slots is
 measured by the same closed loop as ``pyagent bench serve`` (``/v1/completions``, after a warm-up
-round of 2-token requests), without and with ``--lora`` on the first adapter file (llama-server applies a ``--lora`` adapter to every request: its
-one-adapter case), one run each, and its ratio sits beside pyagent's one-adapter ratio.
+round of 2-token requests), without and with ``--lora`` on the first adapter file (llama-server
+applies a ``--lora`` adapter to every request: its one-adapter case), one run each, and its ratio
+sits beside pyagent's one-adapter ratio.
 """
 
 from __future__ import annotations
