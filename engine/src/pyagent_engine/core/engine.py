@@ -14,7 +14,8 @@ import functools
 import itertools
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -53,6 +54,22 @@ from pyagent_engine.stages.select import SelectTokens
 from pyagent_engine.structured.orchestrator import StructuredConfig
 from pyagent_engine.structured.runtime import StructuredOutputs
 from pyagent_sampler_host.host import SamplerHost
+
+
+def weakly(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (bound to the engine) called through a weak reference. The engine hands such callbacks
+    to the stages it owns; a bound method would make a reference cycle, and the engine's KV cache (a
+    gibibyte by default) would stay allocated until the garbage collector's next full pass instead of
+    being freed with the engine's last reference."""
+    reference, name = weakref.WeakMethod(method), method.__qualname__
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = reference()
+        if bound is None:
+            raise ReferenceError(f"{name} was called after its engine was freed")
+        return bound(*args, **kwargs)
+
+    return call
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -126,7 +143,7 @@ class Engine:
         self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy,
                                    None if self.loras is None else self.loras.slots)
         self._new_sampler = functools.partial(sampler_host, self.registry, model_config.vocab_size, samplers,
-                                              sampler_options, model_config.eos_token_ids, self._tokenizer_info)
+                                              sampler_options, model_config.eos_token_ids, weakly(self._tokenizer_info))
         self.sampler = self._new_sampler()
         self._probe: SamplerHost[Request] | None = None
         self.speculative = None if speculative is None else SpeculativeDecoder(
@@ -142,7 +159,8 @@ class Engine:
         self.select = SelectTokens(mode)
         self.logprobs = RecordLogprobs(mode)
         self.commit = Commit(self.kv, self.speculative)
-        self.append = AppendTokens(loaded.tokenizer, model_config.eos_token_ids, context, self.structured, self._finish)
+        self.append = AppendTokens(loaded.tokenizer, model_config.eos_token_ids, context, self.structured,
+                                   weakly(self._finish))
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
