@@ -38,6 +38,15 @@ if TYPE_CHECKING:
 #: The size in bytes of one element of a recurrent state (float32).
 STATE_ITEMSIZE = 4
 
+#: Engine features a model whose layers keep a recurrent state cannot use, and why: shown by ``pyagent
+#: list model`` and ``pyagent doctor --model``, and said by the error a host raises when one is asked for.
+STATE_LIMITS = {
+    "prefix caching": "a cached prefix's blocks hold keys and values but not the recurrent state after the "
+                      "prefix, so every prompt is computed from its first token",
+    "speculative decoding": "rejecting draft tokens would need the recurrent state rolled back to before them, "
+                            "and the state mixers cannot verify draft trees",
+}
+
 
 def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value <= 0:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend
+from pyagent_core.interfaces.mixer import MixerBackend
 from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.stages.records import ModelInputs, StepLogits
 
@@ -41,19 +42,23 @@ class Forward:
             logits_indices, threads=...)`` returning float32 logits for the requested token indices.
         attention: the selected attention backend instance.
         kv: the KV manager, whose caches the model reads and writes.
+        mixer: the mixer backend, passed by keyword to a model that calls mixer families (``None``: the
+            model calls none).
     """
 
-    def __init__(self, model: Any, attention: AttentionBackend, kv: KVCacheManager) -> None:
+    def __init__(self, model: Any, attention: AttentionBackend, kv: KVCacheManager,
+                 mixer: MixerBackend | None = None) -> None:
         self.model = model
         self.attention = attention
         self.kv = kv
+        self.mixers = {} if mixer is None else {"mixer": mixer}
         self.threads = torch.get_num_threads()  # the kernels' threads, taken before any step narrows torch's
 
     def run(self, inputs: ModelInputs) -> StepLogits:
         """Run the model on ``inputs``; split the logits into the sampled rows and the prompt rows."""
         with torch.inference_mode():
             logits = self.model.forward(inputs.input_ids, inputs.positions, self.kv.caches, inputs.metadata,
-                                        self.attention, inputs.logits_indices, threads=self.threads)
+                                        self.attention, inputs.logits_indices, threads=self.threads, **self.mixers)
         num_sampled = inputs.rows.num_rows
         if not inputs.prompt:
             return StepLogits(inputs.rows, logits)

@@ -17,21 +17,28 @@ is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 import gguf
+import httpx2
 import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from pyagent_core.errors import ModelFormatError
+from pyagent_core.errors import ConfigError, ModelFormatError
 from pyagent_core.testing.model import metadata, random_weights
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_engine.api.llm import LLM
@@ -40,6 +47,8 @@ from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
 from pyagent_engine.models.loader import load_model
 from pyagent_engine.requests.params import SamplingParams
+from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_model_base.checkpoint_kit import CheckpointKit
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -283,3 +292,151 @@ class CheckpointConformance:
         (folder / "tokenizer.json").unlink()
         with pytest.raises(ModelFormatError, match=f"{folder} is not a model checkpoint: it lacks tokenizer.json"):
             load_model(folder)
+
+
+class EngineCheckpointKit(CheckpointKit):
+    """:class:`~pyagent_model_base.checkpoint_kit.CheckpointKit` through the engine: the kit's tiny
+    checkpoint, folder and GGUF file, run by :class:`~pyagent_engine.api.llm.LLM` with its cache manager
+    allocating the model's declared cache layout (blocks and state slots), the mixer backend the
+    registry selects and a step budget of :attr:`chunk` tokens, so every prompt is prefilled in chunks
+    crossing several chunk and block boundaries.
+
+    The checks, beside the model kit's: transformers' greedy tokens from the folder and from the GGUF
+    file; three sequences in one run (their prefill chunks sharing steps with each other's decode steps)
+    give each sequence's tokens alone, with a cache large enough for all and with one so small that
+    sequences are preempted and recompute (their state rebuilt from their tokens); a model with
+    recurrent state refuses prefix caching and speculative decoding with the reason.
+    """
+
+    block_size: ClassVar[int] = 4
+    max_num_seqs: ClassVar[int] = 4
+
+    def engine(self, model: Path, blocks: int | None = None, **settings: Any) -> LLM:
+        """An engine on ``model`` (folder or GGUF file; a GGUF file's conversion cache beside it), float32,
+        prefilling :attr:`chunk` tokens a step, :attr:`max_num_seqs` at once; ``blocks``: a cache budget
+        of that many blocks beside the state slots (``model`` a folder; default: 0.01 GiB)."""
+        gib = 0.01
+        if blocks is not None:
+            layout = self.impl.cache_layout(self.load_folder(model).config)
+            per_block = self.block_size * layout.bytes_per_token(4)
+            slots = self.max_num_seqs * layout.bytes_per_sequence()
+            gib = (slots + blocks * per_block + per_block // 2) / 2**30
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CACHE_DIR_ENV, str(model.parent / "cache"))
+            return LLM(str(model), dtype="float32", config=EngineConfig(
+                block_size=self.block_size, max_num_batched_tokens=self.chunk, max_num_seqs=self.max_num_seqs,
+                kv_cache_gib=gib, **settings))
+
+    def run(self, llm: LLM, prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
+        """Greedy continuations of ``prompts`` (:attr:`greedy_tokens` each, all submitted at once) and the
+        preemptions they went through."""
+        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+        requests = [llm.engine.add_request(list(prompt), params) for prompt in prompts]
+        while llm.engine.has_unfinished():
+            for output in llm.engine.step():
+                assert output.error is None, output.error
+        return [list(r.output_token_ids) for r in requests], sum(r.num_preemptions for r in requests)
+
+    def test_engine_greedy_tokens_from_the_folder(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                                  hf_greedy: list[int]) -> None:
+        assert self.run(self.engine(checkpoint_dir), [prompt_ids])[0] == [hf_greedy]
+
+    def test_engine_greedy_tokens_from_the_gguf_file(self, gguf_path: Path, prompt_ids: list[int],
+                                                     hf_greedy: list[int]) -> None:
+        assert self.run(self.engine(gguf_path), [prompt_ids])[0] == [hf_greedy]
+
+    def test_engine_batch_and_preemption_give_each_sequences_tokens(self, checkpoint_dir: Path,
+                                                                   prompt_ids: list[int],
+                                                                   hf_greedy: list[int]) -> None:
+        """Three sequences in one run, with room for all and with room for 20 blocks (a sequence needs
+        14): each gets its tokens alone; the small cache preempts (a model keeping nothing per token
+        pays nothing for blocks and is never preempted)."""
+        prompts = [prompt_ids, prompt_ids[5:] + prompt_ids[:5], prompt_ids[::-1]]
+        llm = self.engine(checkpoint_dir)
+        alone = [self.run(llm, [prompt])[0][0] for prompt in prompts]
+        assert alone[0] == hf_greedy
+        assert self.run(llm, prompts) == (alone, 0)
+        if not llm.engine.layout.paged:
+            return
+        tokens, preemptions = self.run(self.engine(checkpoint_dir, blocks=20), prompts)
+        assert tokens == alone
+        assert preemptions > 0
+
+    def pyagent(self, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        """``pyagent ARGS --model MODEL`` with the engine settings of :meth:`engine`, in a subprocess."""
+        command = [sys.executable, "-m", "pyagent_core.cli", *args, "--model", str(model), *self.engine_flags()]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, CACHE_DIR_ENV: str(model.parent / "cache")}, check=False)
+
+    def engine_flags(self) -> list[str]:
+        """The command-line flags of :meth:`engine`'s settings."""
+        return ["--dtype", "float32", "--block-size", str(self.block_size), "--max-num-batched-tokens",
+                str(self.chunk), "--max-num-seqs", str(self.max_num_seqs), "--kv-cache-gib", "0.01"]
+
+    def test_pyagent_generate_and_serve_give_the_engines_tokens(self, checkpoint_dir: Path) -> None:
+        """``pyagent generate`` (a text prompt, raw) and ``pyagent serve`` (``/v1/completions`` with the
+        prompt's token ids; ``/health`` counting blocks and state slots) give :meth:`engine`'s greedy tokens."""
+        text = "The quick brown fox jumps over the lazy dog!"
+        result = self.pyagent(checkpoint_dir, "generate", text, "--raw", "--json", "--ignore-eos", "--max-tokens",
+                              str(self.greedy_tokens))
+        assert result.returncode == 0, result.stderr
+        record = json.loads(result.stdout)
+        llm = self.engine(checkpoint_dir)
+        [expected], _ = self.run(llm, [record["prompt_token_ids"]])
+        assert record["output_token_ids"] == expected
+        port = _free_port()
+        log = checkpoint_dir.parent / f"serve-{port}.log"
+        command = [sys.executable, "-m", "pyagent_core.cli", "serve", "--model", str(checkpoint_dir), "--port",
+                   str(port), "--served-model-name", "tiny", "--log-level", "warning", *self.engine_flags()]
+        with log.open("wb") as out:
+            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                      env={**os.environ, CACHE_DIR_ENV: str(checkpoint_dir.parent / "cache")})
+        try:
+            health = _wait_for_health(f"http://127.0.0.1:{port}", server, log)
+            slots = self.max_num_seqs if self.spec.recurrent_state else 0
+            assert health["state_slots_total"] == health["state_slots_free"] == slots
+            assert health["kv_blocks_total"] == llm.engine.num_blocks
+            reply = httpx2.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
+                "model": "tiny", "prompt": record["prompt_token_ids"], "max_tokens": self.greedy_tokens,
+                "temperature": 0, "ignore_eos": True})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["choices"][0]["text"] == llm.tokenizer.decode(expected)
+        finally:
+            server.terminate()
+            server.wait(60)
+
+    def test_state_models_refuse_prefix_caching_and_speculative_decoding(self, checkpoint_dir: Path) -> None:
+        if not self.spec.recurrent_state:
+            pytest.skip(f"{self.spec.name} keeps no recurrent state")
+        with pytest.raises(ConfigError, match=r"^prefix caching is not supported for the .* architecture: a cached "
+                                              r"prefix's blocks hold keys and values but not the recurrent state"):
+            self.engine(checkpoint_dir, prefix_caching=True)
+        with pytest.raises(ConfigError, match=r"^speculative decoding is not supported for the .* architecture"):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(CACHE_DIR_ENV, str(checkpoint_dir.parent / "cache"))
+                LLM(str(checkpoint_dir), dtype="float32", speculative=SpeculativeConfig(proposer="ngram"))
+        for command in ("generate", "serve"):
+            args = ("hello", "--speculative", "ngram") if command == "generate" else ("--speculative", "ngram")
+            result = self.pyagent(checkpoint_dir, command, *args)
+            assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+            assert "speculative decoding is not supported for the" in result.stderr, result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_health(url: str, server: subprocess.Popen[bytes], log: Path, within: float = 180) -> dict[str, Any]:
+    """``/health``'s body once the server at ``url`` answers 200 (its log in the error when it exits first)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"pyagent serve exited with {server.returncode}: {log.read_text(errors='replace')}")
+        with contextlib.suppress(httpx2.HTTPError):
+            answer = httpx2.get(url + "/health", timeout=10)
+            if answer.status_code == 200:
+                return dict(answer.json())
+        time.sleep(0.2)
+    raise AssertionError(f"pyagent serve did not answer within {within} s: {log.read_text(errors='replace')}")
