@@ -117,12 +117,11 @@ class Engine:
         self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
-        model_class = type(loaded.model)
-        self.layout = model_class.cache_layout(model_config)
+        self.layout = loaded.model.cache_layout(model_config)
         if self.layout.stateful:
             self._refuse_state_limits(speculative is not None)
         self.mixer_selection, mixer_backend = build_mixer(
-            self.registry, model_class.mixer_families(model_config), _dtype_name(loaded.dtype), self.config.block_size,
+            self.registry, loaded.model.mixer_families(model_config), _dtype_name(loaded.dtype), self.config.block_size,
             mixer, mixer_options)
         self.kv, self.eviction_selection = build_kv_manager(
             self.config, self.layout, int(self.config.kv_cache_gib * 2**30), loaded.dtype, self.config.max_num_seqs,

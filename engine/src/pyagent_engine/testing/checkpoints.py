@@ -1,19 +1,26 @@
-"""Kit: an architecture end to end, from a tiny transformers checkpoint to pyagent's greedy tokens.
+"""Kits: an architecture end to end, from a tiny transformers checkpoint to the engine's greedy tokens.
 
-Subclass :class:`CheckpointConformance` in a model plugin's tests and name the architecture
-(``model_type``, ``gguf_arch``) and a tiny ``config``. Once per test class the kit builds
-transformers' own model of that config with random weights (seeded), a real byte-level BPE tokenizer
-(trained with ``tokenizers`` on a few sentences, with ChatML special tokens and chat template), saves
-them as a checkpoint folder (safetensors, ``tokenizer.json``, ``tokenizer_config.json``), and writes
-the same weights as a GGUF file with the ``gguf`` package's writer, its tensor-name map for
-``gguf_arch`` and its metadata keys (q/k rows permuted as llama.cpp's converter does where
-``permute_qk`` says so). The checks: pyagent's float32 logits of the folder agree with transformers'
-within ``logits_atol`` at every prompt position; 32 greedy tokens of the engine equal transformers'
-on the folder and on the GGUF file; both tokenizers encode text alike; ``pyagent bench engine`` runs
-on the folder; a config missing a key, a
-folder without its tokenizer and a GGUF without its vocabulary are errors naming the file and what
-is missing.
+:class:`EngineCheckpointKit` extends the model kit
+(:class:`~pyagent_model_base.checkpoint_kit.CheckpointKit`: transformers' own model of a tiny config
+on random weights, saved as a safetensors folder and as a GGUF file written as llama.cpp's converter
+writes the architecture, checked against transformers without the engine) with the engine: the folder
+and the GGUF file run by :class:`~pyagent_engine.api.llm.LLM` (the cache manager allocating the
+model's declared layout, prompts prefilled in chunks across blocks, sequences batched and preempted),
+``pyagent generate``, ``pyagent serve`` and ``pyagent doctor --model``. The hybrid architectures'
+checkpoint tests subclass it with the model kit's placeholder vocabulary.
+
+:class:`CheckpointConformance` is the same kit with a real tokenizer, for attention-only
+architectures a plain GGUF writer covers: name the class (``impl``, ``spec``), the architecture
+(``model_type``, ``gguf_arch``) and a tiny ``config``. Its checkpoint folder carries a byte-level BPE
+tokenizer trained with ``tokenizers`` on a few sentences (ChatML special tokens and chat template);
+its GGUF file is written with the ``gguf`` package's tensor-name map for ``gguf_arch`` and its
+metadata keys (q/k rows permuted as llama.cpp's converter does where ``permute_qk`` says so); the
+prompt is a chat prompt. Beside the checks of both kits: the GGUF tokenizer encodes text like
+``tokenizer.json``, the GGUF file carries the chat template, ``pyagent bench engine`` runs on the
+folder, and a config missing a key and a folder without its tokenizer are errors naming the file and
+what is missing.
 """
+
 
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,17 +41,15 @@ import gguf
 import httpx2
 import numpy as np
 import pytest
-import torch
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pyagent_core.errors import ConfigError, ModelFormatError
-from pyagent_core.testing.model import metadata, random_weights
-from pyagent_core.testing.scaffolded import import_template
 from pyagent_engine.api.llm import LLM
 from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
+from pyagent_engine.models.diagnosis import diagnose_model
 from pyagent_engine.models.loader import load_model
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.spec.config import SpeculativeConfig
@@ -59,7 +64,6 @@ CORPUS = (
     "A tokenizer turns text into ids; 12 plus 30 is 42, and 7 times 6 is 42 too.",
     "Rotary position embeddings rotate pairs of dimensions by an angle that grows with the position.",
 )
-BLOCK_SIZE = 4
 TEXTS = ("Why is the sky blue?", "Keys and values, 1234 blocks!", "  spaced\tout\nlines  ")
 
 
@@ -147,153 +151,6 @@ def write_gguf(folder: Path, path: Path, arch: str, permute_qk: bool, norm_offse
     writer.close()
 
 
-class CheckpointConformance:
-    """An architecture's tiny checkpoint end to end; subclasses set ``model_type``, ``gguf_arch`` and ``config``.
-
-    Attributes:
-        model_type: transformers' ``model_type`` (picks its config and model classes).
-        gguf_arch: the GGUF ``general.architecture`` the file is written as.
-        config: the tiny model's hyper-parameters (the vocabulary and special tokens are the kit's).
-        permute_qk: llama.cpp's converter permutes q/k rows for this architecture (``llama``).
-        gguf_norm_offset: what llama.cpp's converter adds to the norm weights (1 for Gemma).
-        logits_atol: largest difference allowed between pyagent's and transformers' float32 logits.
-        greedy_tokens: how many greedy tokens must be equal.
-    """
-
-    model_type: ClassVar[str]
-    gguf_arch: ClassVar[str]
-    config: ClassVar[Mapping[str, Any]]
-    permute_qk: ClassVar[bool] = False
-    gguf_norm_offset: ClassVar[float] = 0.0
-    logits_atol: ClassVar[float] = 1e-4
-    greedy_tokens: ClassVar[int] = 32
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def checkpoint_dir(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
-        """transformers' model with random weights and the kit's tokenizer, saved as a checkpoint folder."""
-        transformers = pytest.importorskip("transformers")
-        tokenizer = train_tokenizer()
-        eos = tokenizer.token_to_id("<|im_end|>")
-        hf_config = transformers.AutoConfig.for_model(cls.model_type, **cls.config,
-                                                      vocab_size=tokenizer.get_vocab_size(), eos_token_id=eos,
-                                                      bos_token_id=None, pad_token_id=None)
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(hf_config).float().eval()
-        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-        model.load_state_dict(random_weights(shapes), strict=False)
-        folder = tmp_path_factory.mktemp(cls.model_type)
-        model.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save(str(folder / "tokenizer.json"))
-        (folder / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML, "eos_token": "<|im_end|>",
-             "bos_token": None}))
-        return folder
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def gguf_path(cls, checkpoint_dir: Path) -> Path:
-        """The same weights, tokenizer and template as a GGUF file."""
-        path = checkpoint_dir.parent / f"{cls.model_type}-tiny.gguf"
-        write_gguf(checkpoint_dir, path, cls.gguf_arch, cls.permute_qk, cls.gguf_norm_offset)
-        return path
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def hf_model(cls, checkpoint_dir: Path) -> Any:
-        """transformers' model of the folder, float32."""
-        transformers = pytest.importorskip("transformers")
-        return transformers.AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def prompt_ids(cls, checkpoint_dir: Path) -> list[int]:
-        """A chat prompt rendered with the checkpoint's template and tokenized by pyagent."""
-        loaded = load_model(checkpoint_dir)
-        assert loaded.chat_template is not None
-        text = loaded.chat_template.render([{"role": "user", "content": "Why is the sky blue?"}],
-                                           add_generation_prompt=True)
-        return loaded.tokenizer.encode(text, add_special_tokens=False)
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def hf_greedy(cls, hf_model: Any, prompt_ids: list[int]) -> list[int]:
-        """transformers' greedy continuation (no stop token), one full forward per token."""
-        ids = list(prompt_ids)
-        with torch.no_grad():
-            for _ in range(cls.greedy_tokens):
-                ids.append(int(hf_model(torch.tensor([ids])).logits[0, -1].argmax()))
-        return ids[len(prompt_ids):]
-
-    def greedy(self, model: Path, prompt_ids: Sequence[int]) -> list[int]:
-        """pyagent's engine's greedy continuation of ``prompt_ids`` from ``model`` (folder or GGUF; a GGUF
-        goes through the conversion cache, kept beside it)."""
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv(CACHE_DIR_ENV, str(model.parent / "cache"))
-            llm = LLM(str(model), config=EngineConfig(kv_cache_gib=0.01))
-        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
-        [output] = llm.generate([list(prompt_ids)], params)
-        assert output.error is None, output.error
-        return list(output.output_token_ids)
-
-    def test_folder_logits_match_transformers(self, checkpoint_dir: Path, hf_model: Any,
-                                              prompt_ids: list[int]) -> None:
-        loaded = load_model(checkpoint_dir)
-        config, count = loaded.config, len(prompt_ids)
-        blocks = -(-count // BLOCK_SIZE)
-        caches = [torch.zeros((2, blocks, BLOCK_SIZE, config.num_kv_heads, config.head_dim))
-                  for _ in range(config.num_layers)]
-        attention = import_template("attention").impl.KitReference(
-            {}, loaded.model.attention_context(config, BLOCK_SIZE, "float32"))
-        ours = loaded.model.forward(torch.tensor(prompt_ids), torch.arange(count), caches,
-                                    metadata([list(range(blocks))], [0], [count], BLOCK_SIZE), attention,
-                                    torch.arange(count))
-        with torch.no_grad():
-            reference = hf_model(torch.tensor([prompt_ids])).logits[0].float()
-        assert (ours - reference).abs().max().item() <= self.logits_atol
-
-    def test_folder_greedy_tokens_match_transformers(self, checkpoint_dir: Path, prompt_ids: list[int],
-                                                     hf_greedy: list[int]) -> None:
-        assert self.greedy(checkpoint_dir, prompt_ids) == hf_greedy
-
-    def test_gguf_gives_the_same_tokens(self, gguf_path: Path, prompt_ids: list[int], hf_greedy: list[int]) -> None:
-        loaded = load_model(gguf_path, use_cache=False)
-        assert loaded.chat_template is not None
-        assert self.greedy(gguf_path, prompt_ids) == hf_greedy
-
-    def test_gguf_tokenizer_encodes_like_the_folders(self, checkpoint_dir: Path, gguf_path: Path) -> None:
-        folder, file = load_model(checkpoint_dir).tokenizer, load_model(gguf_path, use_cache=False).tokenizer
-        for text in TEXTS:
-            assert file.encode(text) == folder.encode(text)
-
-    def test_bench_engine_runs_on_the_folder(self, checkpoint_dir: Path) -> None:
-        """``pyagent bench engine --model FOLDER`` measures pyagent and transformers on it (float32, one
-        prompt, one concurrency; only the report's shape is checked)."""
-        settings = attrs.evolve(EngineBenchSettings.quick(("float32",), model=checkpoint_dir), concurrency=(1,))
-        report = run_engine_benchmark(settings)
-        assert report["model"] == checkpoint_dir.name and not report["peers"]["llama.cpp"]["available"]
-        engines = {row["engine"] for row in report["single_stream"] if row["decode_tok_s"] > 0}
-        assert engines == {"pyagent", "transformers"}
-
-    def test_a_missing_config_key_names_the_file_and_key(self, checkpoint_dir: Path,
-                                                         tmp_path: Path) -> None:
-        folder = tmp_path / "partial"
-        shutil.copytree(checkpoint_dir, folder)
-        data = json.loads((folder / "config.json").read_text())
-        del data["num_hidden_layers"]
-        (folder / "config.json").write_text(json.dumps(data))
-        with pytest.raises(ModelFormatError, match=f"{folder / 'config.json'} lacks the required key "
-                                                   "'num_hidden_layers'"):
-            load_model(folder)
-
-    def test_a_missing_tokenizer_names_the_folder_and_file(self, checkpoint_dir: Path, tmp_path: Path) -> None:
-        folder = tmp_path / "untokenized"
-        shutil.copytree(checkpoint_dir, folder)
-        (folder / "tokenizer.json").unlink()
-        with pytest.raises(ModelFormatError, match=f"{folder} is not a model checkpoint: it lacks tokenizer.json"):
-            load_model(folder)
-
-
 class EngineCheckpointKit(CheckpointKit):
     """:class:`~pyagent_model_base.checkpoint_kit.CheckpointKit` through the engine: the kit's tiny
     checkpoint, folder and GGUF file, run by :class:`~pyagent_engine.api.llm.LLM` with its cache manager
@@ -327,7 +184,7 @@ class EngineCheckpointKit(CheckpointKit):
                 block_size=self.block_size, max_num_batched_tokens=self.chunk, max_num_seqs=self.max_num_seqs,
                 kv_cache_gib=gib, **settings))
 
-    def run(self, llm: LLM, prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
+    def engine_tokens(self, llm: LLM, prompts: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
         """Greedy continuations of ``prompts`` (:attr:`greedy_tokens` each, all submitted at once) and the
         preemptions they went through."""
         params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
@@ -339,11 +196,11 @@ class EngineCheckpointKit(CheckpointKit):
 
     def test_engine_greedy_tokens_from_the_folder(self, checkpoint_dir: Path, prompt_ids: list[int],
                                                   hf_greedy: list[int]) -> None:
-        assert self.run(self.engine(checkpoint_dir), [prompt_ids])[0] == [hf_greedy]
+        assert self.engine_tokens(self.engine(checkpoint_dir), [prompt_ids])[0] == [hf_greedy]
 
     def test_engine_greedy_tokens_from_the_gguf_file(self, gguf_path: Path, prompt_ids: list[int],
                                                      hf_greedy: list[int]) -> None:
-        assert self.run(self.engine(gguf_path), [prompt_ids])[0] == [hf_greedy]
+        assert self.engine_tokens(self.engine(gguf_path), [prompt_ids])[0] == [hf_greedy]
 
     def test_engine_batch_and_preemption_give_each_sequences_tokens(self, checkpoint_dir: Path,
                                                                    prompt_ids: list[int],
@@ -353,12 +210,12 @@ class EngineCheckpointKit(CheckpointKit):
         pays nothing for blocks and is never preempted)."""
         prompts = [prompt_ids, prompt_ids[5:] + prompt_ids[:5], prompt_ids[::-1]]
         llm = self.engine(checkpoint_dir)
-        alone = [self.run(llm, [prompt])[0][0] for prompt in prompts]
+        alone = [self.engine_tokens(llm, [prompt])[0][0] for prompt in prompts]
         assert alone[0] == hf_greedy
-        assert self.run(llm, prompts) == (alone, 0)
+        assert self.engine_tokens(llm, prompts) == (alone, 0)
         if not llm.engine.layout.paged:
             return
-        tokens, preemptions = self.run(self.engine(checkpoint_dir, blocks=20), prompts)
+        tokens, preemptions = self.engine_tokens(self.engine(checkpoint_dir, blocks=20), prompts)
         assert tokens == alone
         assert preemptions > 0
 
@@ -382,7 +239,7 @@ class EngineCheckpointKit(CheckpointKit):
         assert result.returncode == 0, result.stderr
         record = json.loads(result.stdout)
         llm = self.engine(checkpoint_dir)
-        [expected], _ = self.run(llm, [record["prompt_token_ids"]])
+        [expected], _ = self.engine_tokens(llm, [record["prompt_token_ids"]])
         assert record["output_token_ids"] == expected
         port = _free_port()
         log = checkpoint_dir.parent / f"serve-{port}.log"
@@ -400,10 +257,19 @@ class EngineCheckpointKit(CheckpointKit):
                 "model": "tiny", "prompt": record["prompt_token_ids"], "max_tokens": self.greedy_tokens,
                 "temperature": 0, "ignore_eos": True})
             assert reply.status_code == 200, reply.text
-            assert reply.json()["choices"][0]["text"] == llm.tokenizer.decode(expected)
+            params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+            [output] = llm.generate([record["prompt_token_ids"]], params)
+            assert list(output.output_token_ids) == expected
+            assert reply.json()["choices"][0]["text"] == output.text  # the same detokenizer
         finally:
             server.terminate()
             server.wait(60)
+
+    def test_doctor_shows_the_cache_layout_and_what_it_rules_out(self, checkpoint_dir: Path, gguf_path: Path) -> None:
+        for model in (checkpoint_dir, gguf_path):
+            [row] = [row for row in diagnose_model(str(model)) if row.name == "model caches"]
+            assert row.ok and ("recurrent state on" in row.detail) == self.spec.recurrent_state, row.detail
+            assert ("prefix caching: off (" in row.detail) == self.spec.recurrent_state, row.detail
 
     def test_state_models_refuse_prefix_caching_and_speculative_decoding(self, checkpoint_dir: Path) -> None:
         if not self.spec.recurrent_state:
@@ -420,6 +286,89 @@ class EngineCheckpointKit(CheckpointKit):
             result = self.pyagent(checkpoint_dir, command, *args)
             assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
             assert "speculative decoding is not supported for the" in result.stderr, result.stderr
+
+
+class CheckpointConformance(EngineCheckpointKit):
+    """An attention-only architecture's tiny checkpoint with a trained tokenizer, end to end (module
+    docstring); subclasses set ``impl``, ``spec``, ``model_type``, ``gguf_arch`` and ``config``.
+
+    Attributes:
+        gguf_arch: the GGUF ``general.architecture`` the file is written as.
+        permute_qk: llama.cpp's converter permutes q/k rows for this architecture (``llama``).
+        gguf_norm_offset: what llama.cpp's converter adds to the norm weights (1 for Gemma).
+    """
+
+    gguf_arch: ClassVar[str]
+    permute_qk: ClassVar[bool] = False
+    gguf_norm_offset: ClassVar[float] = 0.0
+
+    @classmethod
+    def hf_settings(cls) -> dict[str, Any]:
+        """The tiny config with the trained tokenizer's vocabulary and ``<|im_end|>`` as end of sequence."""
+        tokenizer = train_tokenizer()
+        return {**cls.config, "vocab_size": tokenizer.get_vocab_size(), "eos_token_id": tokenizer.token_to_id(
+            "<|im_end|>"), "bos_token_id": None, "pad_token_id": None}
+
+    @classmethod
+    def save_tokenizer(cls, folder: Path) -> None:
+        """The trained tokenizer (``tokenizer.json``) and its ChatML template (``tokenizer_config.json``)."""
+        train_tokenizer().save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML, "eos_token": "<|im_end|>",
+             "bos_token": None}))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def gguf_path(cls, checkpoint_dir: Path) -> Path:
+        """The same weights, tokenizer and template as a GGUF file."""
+        path = checkpoint_dir.parent / f"{cls.model_type}-tiny.gguf"
+        write_gguf(checkpoint_dir, path, cls.gguf_arch, cls.permute_qk, cls.gguf_norm_offset)
+        return path
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def prompt_ids(cls, checkpoint_dir: Path) -> list[int]:
+        """A chat prompt rendered with the checkpoint's template and tokenized by pyagent."""
+        loaded = load_model(checkpoint_dir)
+        assert loaded.chat_template is not None
+        text = loaded.chat_template.render([{"role": "user", "content": "Why is the sky blue?"}],
+                                           add_generation_prompt=True)
+        return loaded.tokenizer.encode(text, add_special_tokens=False)
+
+    def test_gguf_carries_the_chat_template(self, gguf_path: Path) -> None:
+        assert load_model(gguf_path, use_cache=False).chat_template is not None
+
+    def test_gguf_tokenizer_encodes_like_the_folders(self, checkpoint_dir: Path, gguf_path: Path) -> None:
+        folder, file = load_model(checkpoint_dir).tokenizer, load_model(gguf_path, use_cache=False).tokenizer
+        for text in TEXTS:
+            assert file.encode(text) == folder.encode(text)
+
+    def test_bench_engine_runs_on_the_folder(self, checkpoint_dir: Path) -> None:
+        """``pyagent bench engine --model FOLDER`` measures pyagent and transformers on it (float32, one
+        prompt, one concurrency; only the report's shape is checked)."""
+        settings = attrs.evolve(EngineBenchSettings.quick(("float32",), model=checkpoint_dir), concurrency=(1,))
+        report = run_engine_benchmark(settings)
+        assert report["model"] == checkpoint_dir.name and not report["peers"]["llama.cpp"]["available"]
+        engines = {row["engine"] for row in report["single_stream"] if row["decode_tok_s"] > 0}
+        assert engines == {"pyagent", "transformers"}
+
+    def test_a_missing_config_key_names_the_file_and_key(self, checkpoint_dir: Path,
+                                                         tmp_path: Path) -> None:
+        folder = tmp_path / "partial"
+        shutil.copytree(checkpoint_dir, folder)
+        data = json.loads((folder / "config.json").read_text())
+        del data["num_hidden_layers"]
+        (folder / "config.json").write_text(json.dumps(data))
+        with pytest.raises(ModelFormatError, match=f"{folder / 'config.json'} lacks the required key "
+                                                   "'num_hidden_layers'"):
+            load_model(folder)
+
+    def test_a_missing_tokenizer_names_the_folder_and_file(self, checkpoint_dir: Path, tmp_path: Path) -> None:
+        folder = tmp_path / "untokenized"
+        shutil.copytree(checkpoint_dir, folder)
+        (folder / "tokenizer.json").unlink()
+        with pytest.raises(ModelFormatError, match=f"{folder} is not a model checkpoint: it lacks tokenizer.json"):
+            load_model(folder)
 
 
 def _free_port() -> int:

@@ -297,8 +297,13 @@ class CheckpointKit:
         model.load_state_dict(random_weights({name: tuple(t.shape) for name, t in state.items()}), strict=False)
         folder = tmp_path_factory.mktemp(cls.model_type)
         model.save_pretrained(folder, safe_serialization=True)
-        placeholder_tokenizer(VOCAB_SIZE).save(str(folder / "tokenizer.json"))
+        cls.save_tokenizer(folder)
         return folder
+
+    @classmethod
+    def save_tokenizer(cls, folder: Path) -> None:
+        """Write the checkpoint's tokenizer files into ``folder`` (the placeholder vocabulary's ``tokenizer.json``)."""
+        placeholder_tokenizer(VOCAB_SIZE).save(str(folder / "tokenizer.json"))
 
     @pytest.fixture(scope="class")
     @classmethod
