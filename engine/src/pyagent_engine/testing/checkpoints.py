@@ -48,6 +48,7 @@ from pyagent_core.errors import ConfigError, ModelFormatError
 from pyagent_engine.api.llm import LLM
 from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
 from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.kv.block_pool import BlockPool
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
 from pyagent_engine.models.diagnosis import diagnose_model
 from pyagent_engine.models.loader import load_model
@@ -206,16 +207,22 @@ class EngineCheckpointKit(CheckpointKit):
                                                                    prompt_ids: list[int],
                                                                    hf_greedy: list[int]) -> None:
         """Three sequences in one run, with room for all and with room for 20 blocks (a sequence needs
-        14): each gets its tokens alone; the small cache preempts (a model keeping nothing per token
-        pays nothing for blocks and is never preempted)."""
+        ``ceil((prompt + 32) / 4)``, 14 for the model kit's prompt): each gets its tokens alone; the small
+        cache preempts them, and they recompute their state from their tokens. A model keeping nothing
+        per token pays nothing for blocks, so no budget preempts it: its bookkeeping pool is cut to 20
+        blocks instead, the same shortage to the scheduler."""
         prompts = [prompt_ids, prompt_ids[5:] + prompt_ids[:5], prompt_ids[::-1]]
         llm = self.engine(checkpoint_dir)
         alone = [self.engine_tokens(llm, [prompt])[0][0] for prompt in prompts]
         assert alone[0] == hf_greedy
         assert self.engine_tokens(llm, prompts) == (alone, 0)
-        if not llm.engine.layout.paged:
-            return
-        tokens, preemptions = self.engine_tokens(self.engine(checkpoint_dir, blocks=20), prompts)
+        if llm.engine.layout.paged:
+            small = self.engine(checkpoint_dir, blocks=20)
+        else:
+            small = self.engine(checkpoint_dir)
+            small.engine.kv.pool = BlockPool(20)
+        assert small.engine.kv.num_blocks == 20
+        tokens, preemptions = self.engine_tokens(small, prompts)
         assert tokens == alone
         assert preemptions > 0
 
