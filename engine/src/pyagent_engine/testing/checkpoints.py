@@ -41,6 +41,7 @@ import gguf
 import httpx2
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -49,6 +50,7 @@ from pyagent_engine.api.llm import LLM
 from pyagent_engine.benchmarks.engine import EngineBenchSettings, run_engine_benchmark
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.kv.block_pool import BlockPool
+from pyagent_engine.metrics import prometheus
 from pyagent_engine.models.conversion_cache import CACHE_DIR_ENV
 from pyagent_engine.models.diagnosis import diagnose_model
 from pyagent_engine.models.loader import load_model
@@ -226,6 +228,22 @@ class EngineCheckpointKit(CheckpointKit):
         assert tokens == alone
         assert preemptions > 0
 
+    def test_step_stats_and_metrics_count_the_state_slots(self, checkpoint_dir: Path, prompt_ids: list[int]) -> None:
+        """Each running request holds one state slot (none for a model without state): the step's
+        ``StepStats`` and the ``pyagent:state_slots_usage_perc`` gauge say so, and read 0 once all finished."""
+        engine = self.engine(checkpoint_dir).engine
+        slots = self.max_num_seqs if self.spec.recurrent_state else 0
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        for prompt in (prompt_ids[:3], prompt_ids[3:6], prompt_ids[6:9]):
+            engine.add_request(prompt, params)
+        engine.step()
+        assert len(engine.scheduler.running) == 3 and engine.info.num_state_slots == slots
+        assert (engine.kv.num_free_slots, engine.kv.num_slots) == (slots - 3 * bool(slots), slots)
+        assert _gauge(engine.info.engine_id, "state_slots_usage_perc") == (3 / slots if slots else 0.0)
+        while engine.has_unfinished():
+            engine.step()
+        assert engine.kv.num_free_slots == slots and _gauge(engine.info.engine_id, "state_slots_usage_perc") == 0
+
     def pyagent(self, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
         """``pyagent ARGS --model MODEL`` with the engine settings of :meth:`engine`, in a subprocess."""
         command = [sys.executable, "-m", "pyagent_core.cli", *args, "--model", str(model), *self.engine_flags()]
@@ -376,6 +394,17 @@ class CheckpointConformance(EngineCheckpointKit):
         (folder / "tokenizer.json").unlink()
         with pytest.raises(ModelFormatError, match=f"{folder} is not a model checkpoint: it lacks tokenizer.json"):
             load_model(folder)
+
+
+def _gauge(engine_id: str, name: str) -> float:
+    """The value of the engine's ``pyagent:NAME`` gauge in its Prometheus exposition."""
+    found = prometheus.exposition(engine_id)
+    assert found is not None, "the metrics plugin did not start with the engine"
+    for family in text_string_to_metric_families(found[0].decode()):
+        for sample in family.samples:
+            if sample.name == "pyagent:" + name:
+                return float(sample.value)
+    raise AssertionError(f"no pyagent:{name} in the exposition")
 
 
 def _free_port() -> int:
