@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from pyagent_core.errors import ConfigError, RequestError
-from pyagent_core.interfaces.cache import STATE_LIMITS
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
@@ -98,8 +97,8 @@ class Engine:
             precedence of the registry); ``mixer_options`` its options.
 
     A model whose layers keep a recurrent state gets a state slot per running sequence beside its
-    blocks; prefix caching and speculative decoding are refused for it (:data:`~pyagent_core.interfaces.
-    cache.STATE_LIMITS` says why).
+    blocks; prefix caching and speculative decoding are refused for it, and speculative decoding for a
+    model with other mixer layers (:meth:`~pyagent_core.interfaces.cache.CacheLayout.limits` says why).
     """
 
     def __init__(self, loaded: LoadedModel, *, registry: Registry | None = None, attention: str | None = None,
@@ -118,11 +117,10 @@ class Engine:
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
         self.layout = loaded.model.cache_layout(model_config)
-        if self.layout.stateful:
-            self._refuse_state_limits(speculative is not None)
+        families = loaded.model.mixer_families(model_config)
+        self._refuse_limits(families, speculative is not None)
         self.mixer_selection, mixer_backend = build_mixer(
-            self.registry, loaded.model.mixer_families(model_config), _dtype_name(loaded.dtype), self.config.block_size,
-            mixer, mixer_options)
+            self.registry, families, _dtype_name(loaded.dtype), self.config.block_size, mixer, mixer_options)
         self.kv, self.eviction_selection = build_kv_manager(
             self.config, self.layout, int(self.config.kv_cache_gib * 2**30), loaded.dtype, self.config.max_num_seqs,
             model_config.max_position_embeddings, self.registry)
@@ -165,14 +163,16 @@ class Engine:
     def _tokenizer_info(self) -> TokenizerInfo:
         return self.structured.tokenizer_info
 
-    def _refuse_state_limits(self, speculative: bool) -> None:
-        """Raise :class:`ConfigError` for a feature asked of a model with recurrent state that it cannot use."""
+    def _refuse_limits(self, families: Sequence[str], speculative: bool) -> None:
+        """Raise :class:`ConfigError` for a feature asked of the model that its layout rules out
+        (:meth:`~pyagent_core.interfaces.cache.CacheLayout.limits`)."""
+        limits = self.layout.limits(families)
         asked = {"prefix caching": (self.config.prefix_caching, "drop --prefix-caching (prefix_caching=False)"),
                  "speculative decoding": (speculative, "drop --speculative (speculative=None)")}
         for feature, (on, fix) in asked.items():
-            if on:
+            if on and feature in limits:
                 raise ConfigError(f"{feature} is not supported for the {self.loaded.config.architecture} "
-                                  f"architecture: {STATE_LIMITS[feature]}; {fix}")
+                                  f"architecture: {limits[feature]}; {fix}")
 
     def _unsupported(self, spec: AttentionSpec) -> str | None:
         """Why the model cannot run on the attention backend of ``spec`` (``None``: it can)."""

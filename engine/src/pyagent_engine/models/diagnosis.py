@@ -5,8 +5,9 @@ is the path a GGUF file or a checkpoint folder with its files; does an installed
 its architecture (and read every config key it needs); can every tensor's block type be run (by the
 linear kernel in its blocks, or dequantized at load); what its layers keep between steps (its cache
 layout) and which engine features that rules out (prefix caching and speculative decoding for a model
-with recurrent state); can its tokenizer be built; does it carry a chat template. The architecture's
-plugin is imported (and with it torch) to read the config.
+with recurrent state, speculative decoding for one with other mixer layers); can its tokenizer be
+built; does it carry a chat template. The architecture's plugin is imported (and with it torch) to
+read the config.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pyagent_core.errors import PyagentError
-from pyagent_core.interfaces.cache import STATE_LIMITS, LatentKV, PagedKV, RecurrentState
+from pyagent_core.interfaces.cache import LatentKV, PagedKV, RecurrentState
 from pyagent_core.interfaces.model import CausalLM, ModelConfig
 from pyagent_core.records import DoctorCheck
 from pyagent_engine.models.architectures import Architecture, find_architecture
@@ -44,8 +45,9 @@ def _caches(model_class: type[CausalLM], config: ModelConfig) -> DoctorCheck:
     counts = [f"{what} on {n} layers" for kind, what in kinds
               if (n := sum(isinstance(layer, kind) for layer in layout.layers))]
     detail = ", ".join(counts) + f"; {layout.bytes_per_sequence()} bytes of state per sequence" * layout.stateful
-    if layout.stateful:
-        detail += "; " + "; ".join(f"{feature}: off ({why})" for feature, why in STATE_LIMITS.items())
+    limits = layout.limits(model_class.mixer_families(config))
+    if limits:
+        detail += "; " + "; ".join(f"{feature}: off ({why})" for feature, why in limits.items())
     return DoctorCheck("model caches", True, detail)
 
 

@@ -228,6 +228,18 @@ class EngineCheckpointKit(CheckpointKit):
         assert tokens == alone
         assert preemptions > 0
 
+    def test_prefix_cache_hits_keep_the_tokens(self, checkpoint_dir: Path, prompt_ids: list[int],
+                                               hf_greedy: list[int]) -> None:
+        """A model without state with prefix caching on: the second run of the prompt finds its full blocks
+        cached and gives the same tokens (a state model refuses prefix caching: the next test)."""
+        if self.spec.recurrent_state:
+            pytest.skip(f"{self.spec.name} keeps a recurrent state: prefix caching is refused")
+        llm = self.engine(checkpoint_dir, prefix_caching=True)
+        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+        first, second = (llm.generate([list(prompt_ids)], params)[0] for _ in range(2))
+        assert list(first.output_token_ids) == list(second.output_token_ids) == hf_greedy
+        assert second.num_cached_tokens >= len(prompt_ids) // self.block_size * self.block_size - self.block_size
+
     def test_step_stats_and_metrics_count_the_state_slots(self, checkpoint_dir: Path, prompt_ids: list[int]) -> None:
         """Each running request holds one state slot (none for a model without state): the step's
         ``StepStats`` and the ``pyagent:state_slots_usage_perc`` gauge say so, and read 0 once all finished."""
@@ -290,19 +302,29 @@ class EngineCheckpointKit(CheckpointKit):
             server.terminate()
             server.wait(60)
 
+    def mixes(self, checkpoint_dir: Path) -> bool:
+        """Whether the model's forward calls mixer families."""
+        return bool(self.impl.mixer_families(self.load_folder(checkpoint_dir).config))
+
     def test_doctor_shows_the_cache_layout_and_what_it_rules_out(self, checkpoint_dir: Path, gguf_path: Path) -> None:
+        mixes = self.mixes(checkpoint_dir)
         for model in (checkpoint_dir, gguf_path):
             [row] = [row for row in diagnose_model(str(model)) if row.name == "model caches"]
             assert row.ok and ("recurrent state on" in row.detail) == self.spec.recurrent_state, row.detail
             assert ("prefix caching: off (" in row.detail) == self.spec.recurrent_state, row.detail
+            assert ("speculative decoding: off (" in row.detail) == mixes, row.detail
 
-    def test_state_models_refuse_prefix_caching_and_speculative_decoding(self, checkpoint_dir: Path) -> None:
-        if not self.spec.recurrent_state:
-            pytest.skip(f"{self.spec.name} keeps no recurrent state")
-        with pytest.raises(ConfigError, match=r"^prefix caching is not supported for the .* architecture: a cached "
-                                              r"prefix's blocks hold keys and values but not the recurrent state"):
-            self.engine(checkpoint_dir, prefix_caching=True)
-        with pytest.raises(ConfigError, match=r"^speculative decoding is not supported for the .* architecture"):
+    def test_what_the_layout_rules_out_is_refused_with_the_reason(self, checkpoint_dir: Path) -> None:
+        """A state model refuses prefix caching; a model with mixer layers (state or MLA) refuses
+        speculative decoding, from ``LLM``, ``pyagent generate`` and ``pyagent serve`` (one line, no traceback)."""
+        if not self.mixes(checkpoint_dir):
+            pytest.skip(f"{self.spec.name} has attention layers only: nothing is ruled out")
+        if self.spec.recurrent_state:
+            with pytest.raises(ConfigError, match=r"^prefix caching is not supported for the .* architecture: a "
+                                                  r"cached prefix's blocks hold keys and values but not the recurrent"):
+                self.engine(checkpoint_dir, prefix_caching=True)
+        why = "rejecting draft tokens would need" if self.spec.recurrent_state else "its mixer layers cannot verify"
+        with pytest.raises(ConfigError, match=f"^speculative decoding is not supported for the .* architecture: {why}"):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv(CACHE_DIR_ENV, str(checkpoint_dir.parent / "cache"))
                 LLM(str(checkpoint_dir), dtype="float32", speculative=SpeculativeConfig(proposer="ngram"))
@@ -310,7 +332,8 @@ class EngineCheckpointKit(CheckpointKit):
             args = ("hello", "--speculative", "ngram") if command == "generate" else ("--speculative", "ngram")
             result = self.pyagent(checkpoint_dir, command, *args)
             assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-            assert "speculative decoding is not supported for the" in result.stderr, result.stderr
+            assert f"speculative decoding is not supported for the {self.spec.name} architecture: {why}" in \
+                result.stderr, result.stderr
 
 
 class CheckpointConformance(EngineCheckpointKit):
