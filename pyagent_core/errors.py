@@ -146,6 +146,10 @@ class LoRAAdapterError(PyagentError, ValueError):
     what pyagent does not run (``modules_to_save``, DoRA), or too large for the model's slots."""
 
 
+class UnknownLoRAAdapterError(LoRAAdapterError, LookupError):
+    """A request or an unload names a LoRA adapter the engine does not serve (a server answers 404)."""
+
+
 class ChatTemplateError(PyagentError, ValueError):
     """A chat template could not be rendered: bad messages, a template error, or ``raise_exception``."""
 

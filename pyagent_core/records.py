@@ -84,6 +84,7 @@ class RequestInfo:
         num_preemptions: how often it was preempted and recomputed.
         finish_reason: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` once finished, else ``None``.
         error: why it failed, when ``finish_reason == "error"``.
+        lora_name: the LoRA adapter it runs with (``None``: the base model).
     """
 
     request_id: str
@@ -99,6 +100,7 @@ class RequestInfo:
     num_preemptions: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    lora_name: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -134,6 +136,9 @@ class StepStats:
         num_accepted_tokens: draft tokens accepted this step.
         proposer_time_s: time spent drafting this step.
         step_time_s: wall time of the step.
+        running_lora_adapters: names of the LoRA adapters running requests use after the step (sorted).
+        waiting_lora_adapters: names of those waiting requests ask for (sorted).
+        max_lora: the LoRA slots of the model (0: LoRA is off).
     """
 
     num_scheduled_tokens: int
@@ -161,6 +166,9 @@ class StepStats:
     num_accepted_tokens: int = 0
     proposer_time_s: float = 0.0
     step_time_s: float = 0.0
+    running_lora_adapters: tuple[str, ...] = ()
+    waiting_lora_adapters: tuple[str, ...] = ()
+    max_lora: int = 0
 
 
 @attrs.frozen

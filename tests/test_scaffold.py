@@ -9,8 +9,11 @@ import sys
 import sysconfig
 import tomllib
 import venv
+from collections import Counter
 from pathlib import Path
+from xml.etree import ElementTree
 
+import attrs
 import pytest
 
 from pyagent_core.scaffold import supported_kinds
@@ -18,47 +21,82 @@ from pyagent_core.testing import KIT_EXTRAS
 from pyagent_core.version import compatible_requirement
 
 
-@pytest.fixture
-def child_env(tmp_path) -> Path:
-    """A new virtual environment that also sees this environment's packages.
+def run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=cwd, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "PYAGENT_USER_CONFIG": str(cwd / "u.toml")})
 
-    The scaffold is installed there, so the test environment itself is left untouched.
-    """
-    env = tmp_path / "env"
+
+@attrs.frozen
+class Scaffolded:
+    """Every kind's scaffold, made by the CLI, installed together into one child environment."""
+
+    root: Path
+    created: dict[str, subprocess.CompletedProcess[str]]
+    installed: subprocess.CompletedProcess[str]
+    listed: subprocess.CompletedProcess[str]
+    tests: subprocess.CompletedProcess[str]
+    report: Path
+
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory) -> Scaffolded:
+    """One scaffold per kind, ``pip install -e`` of all of them in one call into a new virtual environment
+    that also sees this environment's packages (this one stays untouched), one ``pyagent list --check``,
+    and one pytest run of every scaffold's tests (a JUnit report says which passed). One install and
+    one kit run instead of one per kind: each costs seconds of interpreter and pip start-up."""
+    root = tmp_path_factory.mktemp("scaffolds")
+    env = root / "env"
     venv.create(env, with_pip=False)
     site_dir = next((env / "lib").glob("python*/site-packages"))
     parent = sysconfig.get_paths()["purelib"]
     (site_dir / "_parent_env.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
-    return env / "bin" / "python"
+    python = env / "bin" / "python"
+    created = {kind: run(sys.executable, "-m", "pyagent_core.cli", "new-plugin", "demo-x", "--kind", kind,
+                         "--dir", root, cwd=root) for kind in supported_kinds()}
+    dists = [dist_of(root, kind) for kind in supported_kinds()]
+    installed = run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    *(arg for dist in dists for arg in ("-e", dist)), cwd=root)
+    listed = run(python, "-m", "pyagent_core.cli", "list", "--check", "--json", cwd=root)
+    report = root / "kits.xml"
+    tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+                f"--junitxml={report}", *(dist / "tests" for dist in dists), cwd=root)
+    return Scaffolded(root, created, installed, listed, tests, report)
 
 
-def run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "PYAGENT_USER_CONFIG": str(cwd / "u.toml")})
+def dist_of(root: Path, kind: str) -> Path:
+    return root / f"pyagent-{kind.replace('_', '-')}-demo-x"
+
+
+def kit_outcomes(report: Path, dist: Path) -> Counter[str]:
+    """How the tests of ``dist`` ended in the JUnit ``report``: passed, failure, error, skipped."""
+    module = dist.name.replace("-", "_")
+    outcomes: Counter[str] = Counter()
+    for case in ElementTree.parse(report).iter("testcase"):
+        if module not in (case.get("classname") or ""):
+            continue
+        ended = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        outcomes[ended[0] if ended else "passed"] += 1
+    return outcomes
 
 
 @pytest.mark.parametrize("kind", supported_kinds())
-def test_scaffold_installs_is_listed_and_passes_the_kit(kind, tmp_path, child_env):
-    created = run(sys.executable, "-m", "pyagent_core.cli", "new-plugin", "demo-x", "--kind", kind,
-                  "--dir", tmp_path, cwd=tmp_path)
+def test_scaffold_installs_is_listed_and_passes_the_kit(kind, scaffolded):
+    created, root = scaffolded.created[kind], scaffolded.root
     assert created.returncode == 0, created.stderr
-    dist = tmp_path / f"pyagent-{kind.replace('_', '-')}-demo-x"
+    dist = dist_of(root, kind)
     python = shlex.quote(sys.executable)  # the next steps run with this interpreter, whatever is first on PATH
     assert f"next: {python} -m pip install -e {shlex.quote(f'{dist}[test]')} && {python} -m pyagent_core.cli list " \
         f"{kind} && {python} -m pytest " in created.stdout, created.stdout
     project = tomllib.loads((dist / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["optional-dependencies"]["test"] == [compatible_requirement(f"pyagent-core[{KIT_EXTRAS[kind]}]")]
     assert project["dependencies"][0] == compatible_requirement()
-    install = run(child_env, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                  "-e", dist, cwd=tmp_path)
-    assert install.returncode == 0, install.stderr
-    listed = run(child_env, "-m", "pyagent_core.cli", "list", kind, "--check", "--json", cwd=tmp_path)
-    records = {r["name"]: r for r in json.loads(listed.stdout)["kinds"][kind]}
+    assert scaffolded.installed.returncode == 0, scaffolded.installed.stderr
+    records = {r["name"]: r for r in json.loads(scaffolded.listed.stdout)["kinds"][kind]}
     assert records["demo-x"]["available"] and records["demo-x"]["checked"]
     assert records["demo-x"]["dist"] == dist.name
-    tests = run(child_env, "-m", "pytest", "-q", "-p", "no:cacheprovider", dist / "tests", cwd=dist)
-    assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert " passed" in tests.stdout and "failed" not in tests.stdout
+    outcomes = kit_outcomes(scaffolded.report, dist)
+    assert outcomes["passed"] > 0 and not outcomes["failure"] and not outcomes["error"], \
+        (dict(outcomes), scaffolded.tests.stdout[-4000:])
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,8 @@ class StepStats:
     @hookimpl
     def pyagent_step_finished(self, engine, stats):
         for name, value in attrs.asdict(stats).items():
-            self.total[name] = self.total.get(name, 0) + value
+            if isinstance(value, (int, float)):  # not the LoRA adapters' names
+                self.total[name] = self.total.get(name, 0) + value
 
 
 @pytest.fixture(scope="module")

@@ -40,14 +40,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # transformers and peft must never reach for
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 loader = pytest.importorskip("pyagent_engine.models.loader")
+from pyagent_engine.testing.peft_adapters import (  # noqa: E402  (after the skips)
+    ADAPTERS,
+    dense_weights,
+    load_peft_adapters,
+    save_peft_adapters,
+)
 
-LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-#: name -> peft LoraConfig arguments, and the std of B's entries times sqrt(rank).
-ADAPTERS: dict[str, tuple[dict[str, Any], float]] = {
-    "qv": ({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}, 0.2),
-    "all-rs": ({"r": 16, "lora_alpha": 8, "target_modules": LINEAR, "use_rslora": True}, 0.1),
-    "od": ({"r": 4, "lora_alpha": 12, "target_modules": ["o_proj", "down_proj"]}, 0.3),
-}
 PROMPTS = ("The capital of France is", "Write a haiku about autumn leaves falling in the quiet")
 NEW_TOKENS = 6
 #: Our float32 logits against peft's float64 ones, and against peft's float32 ones.
@@ -73,21 +72,7 @@ def prompts(checkpoint: Any) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def dense(checkpoint: Any) -> dict[str, torch.Tensor]:
     """The checkpoint's weights dequantized to float32."""
-    return {name: w.dequantize() if isinstance(w, QuantizedWeight) else w for name, w in checkpoint.weights.items()}
-
-
-def transformers_model(checkpoint: Any, dense: dict[str, torch.Tensor], dtype: torch.dtype) -> Any:
-    """transformers' Llama of the checkpoint's config on its ``dense`` weights, in ``dtype``."""
-    cls = checkpoint.architecture.model_class
-    data = cls.hf_config(checkpoint.config)
-    hf_config = transformers.AutoConfig.for_model(
-        data.pop("model_type"), **{k: v for k, v in data.items() if k not in ("architectures", "_name_or_path")})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(hf_config)
-    model.load_state_dict({name: w.to(dtype, copy=True) for name, w in dense.items()}, strict=False, assign=True)
-    model.tie_weights()
-    model.model.rotary_emb = type(model.model.rotary_emb)(config=hf_config)  # its buffers were made on meta
-    return model.to(dtype).eval()
+    return dense_weights(checkpoint)
 
 
 @pytest.fixture(scope="module")
@@ -95,37 +80,13 @@ def saved(checkpoint: Any, dense: dict[str, torch.Tensor],
           tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path]]:
     """peft's float32 model with the three adapters (random weights) on transformers' Llama of the same
     weights, and the folder peft saved each adapter in."""
-    generator = torch.Generator().manual_seed(0)
-    model = None
-    for name, (arguments, b_std) in ADAPTERS.items():
-        lora = peft.LoraConfig(**arguments)
-        if model is None:
-            model = peft.get_peft_model(transformers_model(checkpoint, dense, torch.float32), lora, adapter_name=name)
-        else:
-            model.add_adapter(name, lora)
-        with torch.no_grad():
-            for parameter_name, parameter in model.named_parameters():
-                if f".lora_A.{name}." in parameter_name:
-                    parameter.copy_(torch.randn(parameter.shape, generator=generator) / parameter.shape[1] ** 0.5)
-                elif f".lora_B.{name}." in parameter_name:
-                    values = torch.randn(parameter.shape, generator=generator)
-                    parameter.copy_(values * b_std / parameter.shape[1] ** 0.5)
-    assert model is not None
-    folder = tmp_path_factory.mktemp("peft")
-    model.save_pretrained(folder)
-    return model.eval(), {name: folder / name for name in ADAPTERS}
+    return save_peft_adapters(checkpoint, dense, tmp_path_factory.mktemp("peft"))
 
 
 @pytest.fixture(scope="module")
 def peft_float64(checkpoint: Any, dense: dict[str, torch.Tensor], saved: tuple[Any, dict[str, Path]]) -> Any:
     """peft's float64 model: transformers' Llama in float64 with the saved adapters loaded by peft."""
-    folders = saved[1]
-    names = list(ADAPTERS)
-    model = peft.PeftModel.from_pretrained(transformers_model(checkpoint, dense, torch.float64), folders[names[0]],
-                                           adapter_name=names[0])
-    for name in names[1:]:
-        model.load_adapter(folders[name], adapter_name=name)
-    return model.double().eval()
+    return load_peft_adapters(checkpoint, dense, saved[1], torch.float64)
 
 
 @pytest.fixture(scope="module")

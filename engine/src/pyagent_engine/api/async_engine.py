@@ -21,6 +21,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -28,8 +29,11 @@ from pyagent_core.errors import PyagentError, RequestError
 from pyagent_engine.api.llm import LLM
 from pyagent_engine.api.shared_engine import Session
 from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.lora import LoRARequest
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import RequestOutput
+
+T = TypeVar("T")
 
 
 class EngineOverloadedError(PyagentError):
@@ -59,11 +63,13 @@ class EngineLoad:
 
 @attrs.frozen
 class Submission:
-    """One request of a generation: its prompt token ids, prompt text (if any) and sampling parameters."""
+    """One request of a generation: its prompt token ids, prompt text (if any), sampling parameters and
+    LoRA adapter (``None``: the base model)."""
 
     prompt_token_ids: Sequence[int]
     params: SamplingParams
     prompt: str | None = None
+    lora_request: LoRARequest | None = None
 
 
 class Generation:
@@ -178,6 +184,23 @@ class AsyncEngine:
         finally:
             self._queued -= count
 
+    async def call(self, function: Callable[[Engine], T]) -> T:
+        """Run ``function(engine)`` on the engine thread between two steps; its result, or its exception
+        raised here (LoRA adapters are loaded and unloaded so, never during a step)."""
+        assert self._loop is not None, "start() the AsyncEngine first"
+        done: asyncio.Future[T] = self._loop.create_future()
+
+        def command() -> None:
+            try:
+                result = function(self.llm.engine)
+            except Exception as error:
+                self._call(done.set_exception, error)
+            else:
+                self._call(done.set_result, result)
+
+        self._send(command)
+        return await done
+
     def abort(self, generation: Generation) -> None:
         """Abort the unfinished requests of ``generation`` before the next step."""
         self._send(lambda: self._close(generation._session))
@@ -231,7 +254,8 @@ class AsyncEngine:
         try:
             request_ids = [session.new_id() for _ in submissions]
             for request_id, submission in zip(request_ids, submissions, strict=True):
-                session.add(request_id, submission.prompt_token_ids, submission.params, submission.prompt)
+                session.add(request_id, submission.prompt_token_ids, submission.params, submission.prompt,
+                            submission.lora_request)
         except Exception as error:
             session.close()
             self._call(done.set_exception, error)

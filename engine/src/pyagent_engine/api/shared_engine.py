@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 
 from pyagent_engine.core.engine import Engine
+from pyagent_engine.requests.lora import LoRARequest
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request, RequestOutput
 
@@ -111,10 +112,12 @@ class Session:
         return request_id
 
     def add(self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams,
-            prompt: str | None) -> None:
-        """Queue a request in the engine; raises :class:`~pyagent_core.errors.RequestError` when it cannot run."""
+            prompt: str | None, lora_request: LoRARequest | None = None) -> None:
+        """Queue a request in the engine (with the LoRA adapter of ``lora_request``); raises
+        :class:`~pyagent_core.errors.RequestError` when it cannot run."""
         with self.shared.locked() as engine:
-            request = engine.add_request(prompt_token_ids, params, prompt=prompt, request_id=request_id)
+            request = engine.add_request(prompt_token_ids, params, prompt=prompt, request_id=request_id,
+                                         lora_request=lora_request)
             self.shared._queues[request_id] = self._queue
             self._unfinished[request_id] = request
 

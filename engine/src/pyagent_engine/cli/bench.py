@@ -22,6 +22,9 @@ scheduling policy, ``fcfs`` being the peer (:mod:`pyagent_engine.benchmarks.sche
 ``logprobs`` times decoding with logprobs asked for against none, on the same engine
 (:mod:`pyagent_engine.benchmarks.logprobs`).
 
+``lora`` measures concurrent streams over several LoRA adapters against the base model, adapter load
+time, and llama-server's ``--lora`` on the same GGUF adapter (:mod:`pyagent_engine.benchmarks.lora`).
+
 ``grammars`` measures structured output: compile and mask times per backend, the engine's per-token
 overhead over the backend called directly, and constrained against unconstrained generation
 (:mod:`pyagent_engine.benchmarks.grammar_e2e`).
@@ -553,3 +556,49 @@ def _print_serve_report(report: dict[str, Any]) -> None:
         for name, result in level["results"].items():
             if result["errors"]:
                 typer.echo(f"{name} @{level['concurrency']} failed: {'; '.join(result['errors'])}", err=True)
+
+
+@app.command("lora")
+def lora(
+    model: Annotated[str | None, typer.Option(help="A .gguf file (default: the embedded model).")] = None,
+    streams: Annotated[int, typer.Option(min=1, help="Concurrent requests.")] = 8,
+    adapters: Annotated[int, typer.Option(min=1, help="Random adapters, one slot each (--max-loras).")] = 4,
+    rank: Annotated[int, typer.Option(min=1, help="Their rank (--max-lora-rank).")] = 8,
+    targets: Annotated[str, typer.Option(help="What they adapt: qv (q/v projections) or all (every projection).")]
+    = "qv",
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request (EOS ignored).")] = 64,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of the pyagent runs; medians are reported.")] = 5,
+    llama_server: Annotated[Path | None, typer.Option(
+        "--llama-server", help="llama.cpp's llama-server binary: measured without and with --lora on the first "
+                               "adapter file, with as many slots as streams.")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Throughput of concurrent streams over several LoRA adapters against the base model, adapter load time,
+    and llama-server's --lora on the same GGUF adapter."""
+    from pyagent_engine.benchmarks.lora import TARGETS, LoRABenchSettings, run_lora_benchmark
+
+    if targets not in TARGETS:
+        raise typer.BadParameter(f"choose one of {', '.join(TARGETS)}, got {targets!r}", param_hint="--targets")
+    if llama_server is not None and not llama_server.is_file():
+        raise typer.BadParameter(f"{llama_server} is not a file; give the path of llama-server",
+                                 param_hint="--llama-server")
+    report = run_lora_benchmark(LoRABenchSettings(model=model, streams=streams, adapters=adapters, rank=rank,
+                                                  targets=targets, max_tokens=max_tokens, rounds=rounds,
+                                                  llama_server=llama_server))
+    if save_or_print_json(report, out, json_out):
+        return
+    host, ours = report["host"], report["pyagent"]
+    print_table(
+        f"{streams} concurrent streams, {max_tokens} tokens each (EOS ignored), {adapters} random adapters of rank "
+        f"{rank} on {targets}; {host['cpu']} x{host['logical_cpus']}, kernels {host['isa']}, "
+        f"precision {report['precision']}, load average {host['load_average']}",
+        ["engine", "run", "output tok/s (median)", "x base (median of rounds)"],
+        [("pyagent", name, _number(value), f"{ours['ratios'].get(name, 1.0):.2f}x")
+         for name, value in ours["tok_s"].items()]
+        + [("llama-server", name, _number(value),
+            f"{value / report['llama_server']['tok_s']['base']:.2f}x")
+           for name, value in report.get("llama_server", {}).get("tok_s", {}).items()],
+    )
+    typer.echo(f"adapter load: read {ours['load']['read_ms']:.1f} ms, copy into a slot "
+               f"{ours['load']['slot_copy_ms']:.2f} ms (median of {adapters})")

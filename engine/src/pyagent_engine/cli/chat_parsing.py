@@ -44,14 +44,14 @@ class ChatParsing:
         return list(llm.tokenizer.encode(text, add_special_tokens=False))
 
     def reply(self, llm: LLM, history: list[dict[str, Any]], params: SamplingParams,
-              stop: StopOnInterrupt | None = None) -> RequestOutput:
+              stop: StopOnInterrupt | None = None, lora: str | None = None) -> RequestOutput:
         """Generate and print one reply: reasoning and content as they stream, then its tool calls
-        (``stop``: Ctrl-C ends the reply early, see :func:`stream_reply`)."""
+        (``stop``: Ctrl-C ends the reply early; ``lora``: the adapter, see :func:`stream_reply`)."""
         from pyagent_core.parsing import build_message_parser
 
         parser = build_message_parser(*self.names, tools=self.tools)
         final = None
-        for output in stream_reply(llm, self.prompt(llm, history), params, stop):
+        for output in stream_reply(llm, self.prompt(llm, history), params, stop, lora):
             _show_delta(parser.feed(output.delta) if output.delta else None)
             final = output if output.finished else final
         _show_delta(parser.finish())
@@ -67,10 +67,11 @@ class ChatParsing:
 
 
 def stream_reply(llm: LLM, prompt: Prompt, params: SamplingParams,
-                 stop: StopOnInterrupt | None = None) -> Iterator[RequestOutput]:
-    """The outputs of one chat reply; once ``stop.requested`` (Ctrl-C), the reply is aborted in the engine
-    and its last output (``finish_reason == "abort"``, the text so far) ends the stream."""
-    for output in llm.stream([prompt], params, chat=True):
+                 stop: StopOnInterrupt | None = None, lora: str | None = None) -> Iterator[RequestOutput]:
+    """The outputs of one chat reply, with the registered LoRA adapter ``lora`` (``None``: the base model);
+    once ``stop.requested`` (Ctrl-C), the reply is aborted in the engine and its last output
+    (``finish_reason == "abort"``, the text so far) ends the stream."""
+    for output in llm.stream([prompt], params, chat=True, lora_request=lora):
         yield output
         if stop is not None and stop.requested and not output.finished:
             engine = llm.engine

@@ -19,7 +19,15 @@ from pyagent_core.commands import ReasoningOpt, ToolParserOpt, ToolsOpt, error
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_core.text import check_text, text_problem
-from pyagent_engine.cli import batch_flags, cache_flags, chat_parsing, constraints, input_file, logprob_flags
+from pyagent_engine.cli import (
+    batch_flags,
+    cache_flags,
+    chat_parsing,
+    constraints,
+    input_file,
+    logprob_flags,
+    lora_flags,
+)
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.line_editor import LineEditor, StopOnInterrupt
 from pyagent_engine.cli.sampler_flags import SamplerSettings, with_sampler_flags
@@ -85,8 +93,9 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
               kv_cache_gib: float, structured: StructuredConfig | None = None,
               speculative: SpeculativeConfig | None = None, sampler: SamplerSettings | None = None,
               cache: Mapping[str, Any] | None = None, dequantize: bool = False,
-              precision: str | None = None) -> LLM:
-    """Load the model and build the engine with the selected backends and sampler chain."""
+              precision: str | None = None, lora: Mapping[str, Any] | None = None) -> LLM:
+    """Load the model and build the engine with the selected backends and sampler chain (``lora``: the
+    LoRA keywords of :mod:`pyagent_engine.cli.lora_flags`)."""
     from pyagent_engine.api.llm import LLM
     from pyagent_engine.core.config import EngineConfig
 
@@ -94,7 +103,7 @@ def build_llm(model: str | None, dtype: str, attention: str | None, attention_op
     return LLM(model, dtype=dtype, attention=attention, attention_options=parse_assignments(attention_opt or []),
                samplers=sampler.order, sampler_options=sampler.options, progress=_progress(),
                config=EngineConfig(kv_cache_gib=kv_cache_gib, **(cache or {})), structured=structured,
-               speculative=speculative, quantized=not dequantize, precision=precision)
+               speculative=speculative, quantized=not dequantize, precision=precision, **(lora or {}))
 
 
 def engine_fields(logprobs_mode: str, prefix_caching: bool, eviction: str | None, eviction_opt: list[str] | None,
@@ -158,8 +167,8 @@ def _summary(finals: list[RequestOutput], backends: dict[str, str], wall: float)
 
 
 def _run(llm: LLM, prompts: list[Prompt], params: SamplingParams | list[SamplingParams], chat: bool,
-         system: str | None, stream_text: bool) -> Iterator[RequestOutput]:
-    for output in llm.stream(prompts, params, chat=chat, system=system):
+         system: str | None, stream_text: bool, lora: str | None) -> Iterator[RequestOutput]:
+    for output in llm.stream(prompts, params, chat=chat, system=system, lora_request=lora):
         if stream_text and output.delta:
             sys.stdout.write(output.delta)
             sys.stdout.flush()
@@ -199,6 +208,7 @@ def generate(
     logprobs_mode: logprob_flags.LogprobsModeOpt = "raw",
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos", help="Keep generating past end-of-sequence tokens, up to --max-tokens.")] = False,
+    lora: lora_flags.LoRAOpt = None,
 ) -> None:
     """Generate text for one prompt (streamed) or a file of prompts (batched), then print a summary line.
 
@@ -224,9 +234,10 @@ def generate(
                             prompt_logprobs=prompt_logprobs)
     engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
                                   scheduler, scheduler_opt, max_num_seqs, max_num_batched_tokens, block_size)
+    lora_keywords, adapter = lora_flags.single_adapter(lora)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, structured_config,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
-                    dequantize, precision)
+                    dequantize, precision, lora_keywords)
     llm.check_params(params)
     if input_path and llm.loaded.chat_template is not None:
         lines = input_file.check_messages(input_path, lines, llm.loaded.chat_template)
@@ -238,7 +249,7 @@ def generate(
     finals: list[RequestOutput] = []
     per_line = [attrs.evolve(params, **line.scheduling) for line in good]  # checked while reading the file
     outputs = _run(llm, [line.prompt for line in good if line.prompt is not None], per_line, not raw, system,
-                   stream_text=single)
+                   stream_text=single, lora=adapter)
 
     def write_ready() -> bool:
         """Write the outputs that are next in input order, each as soon as the ones before it are out;
@@ -332,7 +343,7 @@ def chat(
     kv_cache_gib: KvOpt = 1.0, sampler: SamplerSettings | None = None,
     tools: ToolsOpt = None, tool_parser: ToolParserOpt = None,
     reasoning_parser: ReasoningOpt = None, scheduler: batch_flags.SchedulerOpt = None,
-    scheduler_opt: batch_flags.SchedulerOptsOpt = None,
+    scheduler_opt: batch_flags.SchedulerOptsOpt = None, lora: lora_flags.LoRAOpt = None,
 ) -> None:
     """Interactive multi-turn chat with streaming; /help lists the commands, /reset clears the history,
     /exit (or EOF) quits.
@@ -349,8 +360,10 @@ def chat(
     parsing = chat_parsing.chat_parsing(tools, tool_parser, reasoning_parser)  # bad names fail before loading
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             extra=sampler.params if sampler else {})
+    lora_keywords, adapter = lora_flags.single_adapter(lora)
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib, sampler=sampler, dequantize=dequantize,
-                    cache=batch_flags.scheduler_config(scheduler, scheduler_opt), precision=precision)
+                    cache=batch_flags.scheduler_config(scheduler, scheduler_opt), precision=precision,
+                    lora=lora_keywords)
     llm.check_params(params)
     history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     editor = LineEditor(sys.stdin.isatty())
@@ -380,8 +393,8 @@ def chat(
             continue
         history.append({"role": "user", "content": line})
         with StopOnInterrupt() as stop:
-            reply = _chat_reply(llm, history, params, stop) if parsing is None else \
-                parsing.reply(llm, history, params, stop)
+            reply = _chat_reply(llm, history, params, stop, adapter) if parsing is None else \
+                parsing.reply(llm, history, params, stop, adapter)
         if reply.error is not None:
             history.pop()
             error(reply.error)
@@ -395,10 +408,11 @@ def chat(
 
 
 def _chat_reply(llm: LLM, history: list[dict[str, str]], params: SamplingParams,
-                stop: StopOnInterrupt) -> RequestOutput:
-    """Stream one reply to stdout; return its last output (the text so far when Ctrl-C stopped it)."""
+                stop: StopOnInterrupt, lora: str | None) -> RequestOutput:
+    """Stream one reply to stdout (with LoRA adapter ``lora``); return its last output (the text so far when
+    Ctrl-C stopped it)."""
     final = None
-    for output in chat_parsing.stream_reply(llm, history, params, stop):
+    for output in chat_parsing.stream_reply(llm, history, params, stop, lora):
         sys.stdout.write(output.delta)
         sys.stdout.flush()
         final = output

@@ -18,7 +18,7 @@ from pyagent_core.commands import ReasoningOpt, ReasoningOptsOpt, ToolParserOpt,
 from pyagent_core.errors import RequestError
 from pyagent_core.options import parse_assignments
 from pyagent_core.text import read_utf8
-from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags
+from pyagent_engine.cli import batch_flags, cache_flags, constraints, logprob_flags, lora_flags
 from pyagent_engine.cli import speculative as spec_cli
 from pyagent_engine.cli.generate import (
     AttentionOpt,
@@ -121,15 +121,20 @@ def serve(
     shutdown_grace: Annotated[float, _option(
         "--shutdown-grace", "Seconds running requests get to finish after SIGTERM before they are aborted.")] = 30.0,
     log_level: Annotated[str, _option("--log-level", "uvicorn's log level.")] = "info",
+    enable_lora: lora_flags.EnableLoRAOpt = False, lora_modules: lora_flags.LoRAModulesOpt = None,
+    max_loras: lora_flags.MaxLoRAsOpt = None, max_lora_rank: lora_flags.MaxLoRARankOpt = None,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, tools, structured output).
 
     The parsers default to those selected (PYAGENT_TOOL_PARSER, pyagent.toml...), else those detected from
-    the chat template (--tool-parser none turns one off).
+    the chat template (--tool-parser none turns one off). LoRA adapters (--lora-modules NAME=PATH) are
+    requested by name in "model"; PYAGENT_ALLOW_RUNTIME_LORA_UPDATING=true serves /v1/load_lora_adapter and
+    /v1/unload_lora_adapter.
     """
     from pyagent_engine.api.async_engine import AsyncEngine
     from pyagent_engine.server.app import build_app
     from pyagent_engine.server.launch import listen, run
+    from pyagent_engine.server.lora import RUNTIME_UPDATING_ENV
     from pyagent_engine.server.metrics import metrics_router
     from pyagent_engine.server.state import ServerConfig, ServerState
 
@@ -137,6 +142,7 @@ def serve(
                        request_timeout=request_timeout, shutdown_grace=shutdown_grace, log_level=log_level,
                        api_key=api_key)
     structured = constraints.structured_config(grammar_order, grammar_timeout, no_jump_forward, grammar_cache_mib)
+    lora = lora_flags.lora_settings(enable_lora, lora_modules, max_loras, max_lora_rank)
     sock = listen(host, port)  # a busy or bad port fails now, not after the model has loaded
     names = served_names(served_model_name, model)
     engine_config = engine_fields(logprobs_mode, prefix_caching, eviction, eviction_opt, kv_hash, offload_blocks,
@@ -145,7 +151,7 @@ def serve(
     llm = build_llm(model, dtype, attention, attention_opt, kv_cache_gib,
                     structured,
                     spec_cli.speculative_config(speculative, num_draft_tokens, spec_opt), sampler, engine_config,
-                    dequantize, precision)
+                    dequantize, precision, lora)
     template = chat_template(llm, template_path)
     config = ServerConfig(
         model_names=names, api_key=api_key,
@@ -154,12 +160,14 @@ def serve(
         tool_parser_options=parse_assignments(tool_parser_opt or []),
         reasoning_parser_options=parse_assignments(reasoning_parser_opt or []),
         sampler_defaults=dict(sampler.params) if sampler else {}, max_body_bytes=max_body_bytes,
-        grace_s=shutdown_grace)
+        grace_s=shutdown_grace,
+        allow_runtime_lora_updating=os.environ.get(RUNTIME_UPDATING_ENV, "").strip().lower() in ("1", "true"))
     _check_parsers(config)
     engine = AsyncEngine(llm, max_waiting=max_waiting, max_concurrent=max_concurrent,
                          timeout_s=request_timeout or None)
     state = ServerState(engine, config, template)
-    typer.echo(f"pyagent serve: {', '.join(config.model_names)} on http://{host}:{port} "
+    adapters = f" + LoRA {', '.join(state.adapters)}" if state.adapters else ""
+    typer.echo(f"pyagent serve: {', '.join(config.model_names)}{adapters} on http://{host}:{port} "
                f"[{', '.join(f'{k}={v}' for k, v in llm.engine.backends.items())}; tool parser "
                f"{config.tool_parser or '-'}, reasoning parser {config.reasoning_parser or '-'}]", err=True)
     run(build_app(state, [metrics_router(state)]), state, sock, log_level)

@@ -35,6 +35,9 @@ class EngineConfig:
             :mod:`pyagent_engine.requests.logprobs`.
         model_name: the name :attr:`EngineInfo.model` reports (the metrics' ``model_name`` label);
             ``pyagent serve`` gives its first served name, as vLLM does. ``None``: the model's path.
+        enable_lora: serve LoRA adapters (vLLM's ``--enable-lora``); see :mod:`pyagent_engine.scheduling.lora_slots`.
+        max_loras: adapters the model keeps loaded at once, its LoRA slots (``--max-loras``).
+        max_lora_rank: the largest adapter rank a slot holds (``--max-lora-rank``).
     """
 
     block_size: int = 16
@@ -50,9 +53,12 @@ class EngineConfig:
     scheduler_options: Mapping[str, Any] = attrs.field(factory=dict)
     logprobs_mode: str = "raw"
     model_name: str | None = None
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
 
     def __attrs_post_init__(self) -> None:
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_loras", "max_lora_rank"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         gib = self.kv_cache_gib

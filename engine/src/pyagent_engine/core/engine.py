@@ -14,23 +14,27 @@ import functools
 import itertools
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from pyagent_core.errors import ConfigError, RequestError
+from pyagent_core.errors import ConfigError, LoRAAdapterError, RequestError
 from pyagent_core.interfaces.grammar import TokenizerInfo
+from pyagent_core.interfaces.lora import LoRASettings
 from pyagent_core.interfaces.scheduler import SchedulerContext
 from pyagent_core.records import EngineInfo, RequestInfo, StepStats
 from pyagent_core.registry import Registry, get_registry
 from pyagent_core.types import AttentionSpec
 from pyagent_engine.core.attention_choice import build_attention
 from pyagent_engine.core.config import EngineConfig
+from pyagent_engine.core.lora_adapters import ServedAdapters
 from pyagent_engine.core.mixer_choice import build_mixer
 from pyagent_engine.kv.manager import build_kv_manager
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.requests.isolation import describe, run_isolated
+from pyagent_engine.requests.lora import LoRARequest, ServedAdapter
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request, RequestOutput, RequestStatus
 from pyagent_engine.sampling.host import sampler_host
@@ -52,6 +56,22 @@ from pyagent_engine.structured.runtime import StructuredOutputs
 from pyagent_sampler_host.host import SamplerHost
 
 
+def weakly(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (bound to the engine) called through a weak reference. The engine hands such callbacks
+    to the stages it owns; a bound method would make a reference cycle, and the engine's KV cache (a
+    gibibyte by default) would stay allocated until the garbage collector's next full pass instead of
+    being freed with the engine's last reference."""
+    reference, name = weakref.WeakMethod(method), method.__qualname__
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = reference()
+        if bound is None:
+            raise ReferenceError(f"{name} was called after its engine was freed")
+        return bound(*args, **kwargs)
+
+    return call
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -71,6 +91,7 @@ def request_info(request: Request) -> RequestInfo:
         first_token_time=request.first_token_time, token_times=request.token_times,
         finish_time=request.finish_time, num_cached_tokens=request.num_cached_tokens,
         num_preemptions=request.num_preemptions, finish_reason=request.finish_reason, error=request.error,
+        lora_name=None if request.lora is None else request.lora.name,
     )
 
 
@@ -129,9 +150,12 @@ class Engine:
             self.registry, self.config.scheduler, self.config.scheduler_options,
             SchedulerContext(self.num_blocks, self.config.block_size, self.config.max_num_seqs,
                              self.config.max_num_batched_tokens), self.config.prefix_caching)
-        self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy)
+        self.loras = None if not self.config.enable_lora else ServedAdapters(
+            loaded.model, model_config, LoRASettings(self.config.max_loras, self.config.max_lora_rank))
+        self.scheduler = Scheduler(self.kv, self.config.max_num_seqs, self.config.max_num_batched_tokens, policy,
+                                   None if self.loras is None else self.loras.slots)
         self._new_sampler = functools.partial(sampler_host, self.registry, model_config.vocab_size, samplers,
-                                              sampler_options, model_config.eos_token_ids, self._tokenizer_info)
+                                              sampler_options, model_config.eos_token_ids, weakly(self._tokenizer_info))
         self.sampler = self._new_sampler()
         self._probe: SamplerHost[Request] | None = None
         self.speculative = None if speculative is None else SpeculativeDecoder(
@@ -147,7 +171,8 @@ class Engine:
         self.select = SelectTokens(mode)
         self.logprobs = RecordLogprobs(mode)
         self.commit = Commit(self.kv, self.speculative)
-        self.append = AppendTokens(loaded.tokenizer, model_config.eos_token_ids, context, self.structured, self._finish)
+        self.append = AppendTokens(loaded.tokenizer, model_config.eos_token_ids, context, self.structured,
+                                   weakly(self._finish))
         self._ids = itertools.count()
         self._undelivered: list[RequestOutput] = []
         self.info = EngineInfo(
@@ -221,9 +246,35 @@ class Engine:
 
     # --- requests ------------------------------------------------------------------------------
 
+    def add_lora(self, lora_request: LoRARequest) -> ServedAdapter:
+        """Read and register a LoRA adapter (vLLM's ``add_lora``); requests then name it by ``lora_name``.
+
+        Raises :class:`LoRAAdapterError` when LoRA is off (``EngineConfig.enable_lora``), the adapter
+        is unreadable or not for this model, or its name or id is taken (see
+        :meth:`~pyagent_engine.core.lora_adapters.ServedAdapters.add`).
+        """
+        return self._loras().add(lora_request)
+
+    def remove_lora(self, name: str) -> None:
+        """Stop serving adapter ``name`` (requests using it finish with it); raises
+        :class:`~pyagent_core.errors.UnknownLoRAAdapterError` when it is not served."""
+        self._loras().remove(name)
+
+    def list_loras(self) -> list[ServedAdapter]:
+        """The registered adapters, in registration order (none when LoRA is off)."""
+        return [] if self.loras is None else list(self.loras.by_name.values())
+
+    def _loras(self) -> ServedAdapters:
+        if self.loras is None:
+            raise LoRAAdapterError("LoRA adapters are off in this engine; enable them with "
+                                   "EngineConfig(enable_lora=True) (pyagent serve --enable-lora)")
+        return self.loras
+
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams, *,
-                    prompt: str | None = None, request_id: str | None = None) -> Request:
-        """Validate and queue a request; raises :class:`RequestError` when it cannot run.
+                    prompt: str | None = None, request_id: str | None = None,
+                    lora_request: LoRARequest | None = None) -> Request:
+        """Validate and queue a request; raises :class:`RequestError` when it cannot run, and
+        :class:`LoRAAdapterError` when its ``lora_request`` cannot be served (:meth:`add_lora`).
 
         ``request_id`` must not be that of an unfinished request; by default :meth:`next_request_id`.
         """
@@ -251,7 +302,8 @@ class Engine:
         elif request_id in self.append.trackers:
             raise RequestError(f"request id {request_id!r} belongs to an unfinished request; give each request "
                                "its own id (or none: the engine numbers them)")
-        request = Request(request_id, ids, params, prompt=prompt)
+        lora = None if lora_request is None else self._loras().add(lora_request)
+        request = Request(request_id, ids, params, prompt=prompt, lora=lora)
         self.sampler.check_params(request)
         if params.structured is not None:
             self.structured.submit(request)  # checked now; scheduled once its grammar is compiled
@@ -355,7 +407,17 @@ class Engine:
             **({} if self.speculative is None
                else self.speculative.step_stats(plan.chunks, rows, time.perf_counter() - started)),
             "step_time_s": time.perf_counter() - started,
+            **self._lora_stats(),
         })
+
+    def _lora_stats(self) -> dict[str, Any]:
+        """The adapters of running and waiting requests, and the slots, for ``StepStats`` (nothing when LoRA is off)."""
+        if self.loras is None:
+            return {}
+        waiting = [*self.scheduler.waiting, *self.structured.pending_requests()]
+        return {"running_lora_adapters": tuple(sorted({r.lora.name for r in self.scheduler.running if r.lora})),
+                "waiting_lora_adapters": tuple(sorted({r.lora.name for r in waiting if r.lora})),
+                "max_lora": self.config.max_loras}
 
     def _probe_sampler(self) -> SamplerHost[Request]:
         """A second sampler host, for trying a request alone without disturbing the rows of the main one."""

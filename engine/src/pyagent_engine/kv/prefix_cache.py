@@ -9,7 +9,8 @@ the eviction policy (a registry plugin) picks which to reuse when the free list 
 first (:mod:`pyagent_engine.kv.prefix_index`). With an offload tier, an evicted block's KV goes to
 host memory and comes back up on a later hit.
 
-Per request, ``SamplingParams.cache_salt`` isolates tenants (mixed into the first block's hash) and
+Per request, ``SamplingParams.cache_salt`` isolates tenants and the LoRA adapter isolates adapters (both
+mixed into the first block's hash: :attr:`~pyagent_engine.requests.request.Request.prefix_salt`), and
 ``SamplingParams.skip_prefix_cache`` keeps a request out of the cache entirely: it neither reads
 cached blocks nor publishes its own. A request that asks for prompt logprobs
 (``SamplingParams.prompt_logprobs``) needs the logits of every prompt position, so until they are
@@ -152,7 +153,7 @@ class PrefixCachingBlockPool(BlockPool):
 
     def _hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
         extend_block_hashes(request.block_hashes, request.token_ids, self.block_size,
-                            request.params.cache_salt, self.hasher, num_blocks)
+                            request.prefix_salt, self.hasher, num_blocks)
         return request.block_hashes
 
     def _lookable_blocks(self, request: Request) -> int:

@@ -13,6 +13,12 @@ Where a figure comes from:
   finished request, observed when it finishes. Inter-token latency is one observation per step that
   gave the request tokens (as vLLM does), so an accepted speculative draft is one interval.
 
+LoRA: ``lora_requests_info`` is vLLM's gauge (labels ``max_lora``, ``waiting_lora_adapters``,
+``running_lora_adapters``: comma-separated names; the value is when it was set), from each step's
+``StepStats``; pyagent's own ``lora_request_success`` and ``lora_generation_tokens`` count finished
+requests and their output tokens per adapter (label ``lora_name``), from each finished request's
+``RequestInfo``. All three exist only when the engine serves adapters.
+
 When no request is left in flight the gauges read 0 at once, even when the engine runs no further step
 (a request aborted between steps).
 """
@@ -116,6 +122,14 @@ class EngineMetrics:
         self.decode = self._histogram("request_decode_time_seconds",
                                       "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
 
+        self.lora_info = Gauge(PREFIX + "lora_requests_info", "Running stats on lora requests.",
+                               [*LABELS, "max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+                               registry=self.registry)
+        self.lora_success = Counter(PREFIX + "lora_request_success", "Finished requests per LoRA adapter.",
+                                    [*LABELS, "lora_name", "finished_reason"], registry=self.registry)
+        self.lora_tokens = Counter(PREFIX + "lora_generation_tokens", "Generation tokens per LoRA adapter.",
+                                   [*LABELS, "lora_name"], registry=self.registry)
+
         self.speculative = "proposer" in engine.backends  # vLLM registers these only with speculation on
         if self.speculative:
             self.drafts = self._counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
@@ -140,6 +154,10 @@ class EngineMetrics:
     def request_finished(self, request: RequestInfo, reason: str) -> None:
         """Observe the finished request's latencies and sizes; zero the gauges when none is left."""
         self.success.get(reason, self.success["error"]).inc()
+        if request.lora_name is not None:
+            self.lora_success.labels(*self.labels, request.lora_name,
+                                     reason if reason in FINISH_REASONS else "error").inc()
+            self.lora_tokens.labels(*self.labels, request.lora_name).inc(len(request.output_token_ids))
         self.request_prompt_tokens.observe(len(request.prompt_token_ids))
         self.request_generation_tokens.observe(len(request.output_token_ids))
         max_tokens = request.params.get("max_tokens")
@@ -180,6 +198,10 @@ class EngineMetrics:
         self.prompt_tokens.inc(stats.num_prompt_tokens)
         self.generation_tokens.inc(stats.num_generation_tokens)
         self.iteration_tokens.observe(stats.num_prompt_tokens + stats.num_generation_tokens)
+        if stats.max_lora:
+            self.lora_info.clear()  # one series: the latest step's adapters
+            self.lora_info.labels(*self.labels, str(stats.max_lora), ",".join(stats.waiting_lora_adapters),
+                                  ",".join(stats.running_lora_adapters)).set_to_current_time()
         if self.speculative:
             self.drafts.inc(stats.num_drafts)
             self.draft_tokens.inc(stats.num_draft_tokens)

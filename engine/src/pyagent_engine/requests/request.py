@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import time
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from pyagent_engine.requests.logprobs import TokenLogprob
 from pyagent_engine.requests.params import SamplingParams
 
 if TYPE_CHECKING:
+    from pyagent_engine.requests.lora import ServedAdapter
     from pyagent_engine.requests.structured_report import StructuredReport
 
 
@@ -42,6 +44,8 @@ class Request:
     ``num_served_tokens`` counts every token scheduled for it (recomputation too): the service a
     scheduling policy sees. ``scheduled_time`` is when it was first admitted from the waiting queue and
     ``token_times`` when each output token was appended (``time.perf_counter()`` readings).
+    ``lora`` is the LoRA adapter it runs with (``None``: the base model) and ``lora_slot`` the model's
+    slot holding it while it runs (-1 otherwise; see :mod:`pyagent_engine.scheduling.lora_slots`).
     ``logprobs`` holds a record per output token and ``prompt_logprobs`` one per prompt token
     scored so far (``None`` first: the first token follows nothing) when the request asks for them
     (:mod:`pyagent_engine.requests.logprobs`); otherwise they are ``None``.
@@ -69,6 +73,8 @@ class Request:
     num_served_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    lora: ServedAdapter | None = None
+    lora_slot: int = -1
 
     def __attrs_post_init__(self) -> None:
         if self.params.logprobs is not None and self.logprobs is None:
@@ -82,6 +88,15 @@ class Request:
         if self.prompt_logprobs is None:
             return range(0)
         return range(max(start, len(self.prompt_logprobs) - 1), min(stop, len(self.prompt_token_ids) - 1))
+
+    @property
+    def prefix_salt(self) -> str | None:
+        """What is mixed into the first block's prefix-cache hash: ``None`` for a request without a
+        ``cache_salt`` on the base model, else its salt and its adapter's
+        :attr:`~pyagent_engine.requests.lora.ServedAdapter.cache_key` (so no block is shared across adapters)."""
+        if self.lora is None and self.params.cache_salt is None:
+            return None
+        return json.dumps([self.params.cache_salt, None if self.lora is None else self.lora.cache_key])
 
     @property
     def needs_prompt_logits(self) -> bool:

@@ -17,6 +17,10 @@ Which waiting request goes first and which running request gives way are the sch
 choice (a plugin, see :mod:`pyagent_engine.scheduling.policy`): each step the waiting queue is put in the
 policy's order before admission, and each preemption takes the policy's victim. Without a policy,
 first come, first served: arrival order, and the most recently admitted request is preempted.
+
+A request with a LoRA adapter is admitted only when its adapter has a slot of the model
+(:mod:`pyagent_engine.scheduling.lora_slots`); until then it keeps its place in the queue and the
+requests behind it may go first. Running requests pin their slots; finishing or preemption unpins.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import attrs
 from pyagent_core.interfaces.scheduler import SchedulerState
 from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.requests.request import Request, RequestStatus
+from pyagent_engine.scheduling.lora_slots import LoRASlotTable
 from pyagent_engine.scheduling.policy import GuardedPolicy, request_view, state_of
 
 
@@ -64,10 +69,11 @@ class Scheduler:
         max_num_seqs: the most requests running at once.
         max_num_batched_tokens: the token budget of one step.
         policy: the scheduling policy (default: first come, first served).
+        lora_slots: the model's LoRA slots (``None``: LoRA is off, every request runs the base model).
     """
 
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 policy: GuardedPolicy | None = None) -> None:
+                 policy: GuardedPolicy | None = None, lora_slots: LoRASlotTable | None = None) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs ({max_num_seqs}) "
@@ -80,6 +86,7 @@ class Scheduler:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.lora_slots = lora_slots
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -95,6 +102,7 @@ class Scheduler:
         """Take a finished request out of the running list (or the queue), free its blocks, tell the policy."""
         if request in self.running:
             self.running.remove(request)
+            self._unpin(request)
         elif request in self.waiting:
             self.waiting.remove(request)
         self.kv.release(request)
@@ -123,9 +131,14 @@ class Scheduler:
             request.draft = None
         return 0 if request.draft is None else len(request.draft)
 
+    def _unpin(self, request: Request) -> None:
+        if self.lora_slots is not None:
+            self.lora_slots.release(request)
+
     def _preempt(self, request: Request) -> None:
         request.draft = None
         self.running.remove(request)
+        self._unpin(request)
         self.kv.release(request)
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -157,8 +170,12 @@ class Scheduler:
             if request in self.running:
                 budget -= count
                 chunks.append(self._chunk(request, count))
+        no_slot: list[Request] = []  # waiting for a LoRA slot: they keep their places
         while self.waiting and not preempted and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
+            if self.lora_slots is not None and not self.lora_slots.available(request):
+                no_slot.append(self.waiting.popleft())
+                continue
             hit = self.kv.acquire(request)
             count = min(request.num_tokens - request.num_computed_tokens, budget)
             if not self.kv.grow(request, count):
@@ -173,9 +190,12 @@ class Scheduler:
             if request.scheduled_time is None:
                 request.scheduled_time = time.perf_counter()
             request.status = RequestStatus.RUNNING
+            if self.lora_slots is not None:
+                self.lora_slots.acquire(request)
             self.running.append(request)
             budget -= count
             chunks.append(self._chunk(request, count))
+        self.waiting.extendleft(reversed(no_slot))
         kept = tuple(c for c in chunks if c.request in self.running)
         for chunk in kept:
             chunk.request.num_served_tokens += chunk.num_tokens

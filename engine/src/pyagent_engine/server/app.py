@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pyagent_engine.server import chat, completions, tokens
 from pyagent_engine.server.errors import install_error_handlers
 from pyagent_engine.server.limits import BodySizeLimit, guarded_route
+from pyagent_engine.server.lora import lora_router
 from pyagent_engine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -46,10 +47,13 @@ def openai_router(state: ServerState) -> APIRouter:
     router.post("/v1/chat/completions", summary="Create a chat completion (OpenAI).")(create_chat_completion)
     router.post("/v1/completions", summary="Create a completion (OpenAI).")(create_completion)
 
-    @router.get("/v1/models", summary="List the served model (OpenAI).")
+    @router.get("/v1/models", summary="List the served model and its LoRA adapters (OpenAI, with vLLM's parent).")
     async def list_models() -> dict[str, Any]:
-        data = [{"id": name, "object": "model", "created": state.created, "owned_by": "pyagent",
-                 "max_model_len": state.max_model_len} for name in state.config.model_names]
+        card = {"object": "model", "created": state.created, "owned_by": "pyagent",
+                "max_model_len": state.max_model_len}
+        data = [{"id": name, **card, "root": state.model_path, "parent": None} for name in state.config.model_names]
+        data += [{"id": name, **card, "root": adapter.lora_path, "parent": state.model_name}
+                 for name, adapter in list(state.adapters.items())]
         return {"object": "list", "data": data}
 
     @router.post("/tokenize", summary="Token ids of a prompt, or of chat messages through the chat template "
@@ -105,7 +109,7 @@ def build_app(state: ServerState, routers: Sequence[APIRouter] = ()) -> FastAPI:
                   version=_version(), lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=state.config.max_body_bytes)
-    for router in (openai_router(state), service_router(state), *routers):
+    for router in (openai_router(state), lora_router(state), service_router(state), *routers):
         app.include_router(router)
     app.state.pyagent = state
     return app

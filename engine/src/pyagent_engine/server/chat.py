@@ -71,7 +71,7 @@ def logprobs_of(body: ChatCompletionRequest) -> int | None:
 
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: ServerState) -> Any:
     """Serve one chat completion request (streamed or not)."""
-    state.check_model(body.model)
+    adapter = state.adapter_of(body.model)
     check_unsupported(body)
     logprobs = logprobs_of(body)
     config = state.config
@@ -86,7 +86,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     params = sampling.sampling_params(body, max_tokens=max_tokens,
                                       default_max_tokens=max(1, state.max_model_len - len(ids)),
                                       structured=structured, defaults=config.sampler_defaults, logprobs=logprobs)
-    generation = await state.engine.generate([Submission(ids, p, text) for p in params])
+    generation = await state.engine.generate([Submission(ids, p, text, adapter) for p in params])
     reply = ChatReply(state, plan, len(ids), body)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -110,7 +110,7 @@ class ChatReply:
 
     def __init__(self, state: ServerState, plan: ToolPlan, prompt_tokens: int, body: ChatCompletionRequest) -> None:
         self.plan = plan
-        self.model = state.model_name
+        self.model = state.reported_name(state.adapter_of(body.model))
         self.prompt_tokens = prompt_tokens
         self.n = body.n
         self.logprobs = LogprobWriter(state.vocab) if body.logprobs else None

@@ -62,7 +62,7 @@ def prompts(state: ServerState, body: CompletionRequest) -> list[tuple[list[int]
 
 async def completions(body: CompletionRequest, request: Request, state: ServerState) -> Any:
     """Serve one completion request (streamed or not)."""
-    state.check_model(body.model)
+    adapter = state.adapter_of(body.model)
     check_unsupported(body)
     structured = sampling.structured_params(sampling.constraint_of(body), body, state.max_constraint_bytes)
     submissions: list[Submission] = []
@@ -73,7 +73,7 @@ async def completions(body: CompletionRequest, request: Request, state: ServerSt
                                           structured=structured, defaults=state.config.sampler_defaults,
                                           logprobs=body.logprobs,
                                           prompt_logprobs=body.logprobs if body.echo else None)
-        submissions.extend(Submission(ids, p, text) for p in params)
+        submissions.extend(Submission(ids, p, text, adapter) for p in params)
     generation = await state.engine.generate(submissions)
     reply = CompletionReply(state, items, body)
     if body.stream:
@@ -86,7 +86,7 @@ class CompletionReply:
     """The response (or the chunks) of one completion request's choices."""
 
     def __init__(self, state: ServerState, items: list[tuple[list[int], str]], body: CompletionRequest) -> None:
-        self.model = state.model_name
+        self.model = state.reported_name(state.adapter_of(body.model))
         self.n = body.n
         self.echo = [text if body.echo else "" for _, text in items for _ in range(body.n)]
         self.logprobs = LogprobWriter(state.vocab) if body.logprobs is not None else None

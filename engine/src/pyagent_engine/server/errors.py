@@ -15,7 +15,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from pyagent_core.errors import ChatTemplateError, OptionError, PyagentError, RequestError, SelectionError
+from pyagent_core.errors import (
+    ChatTemplateError,
+    LoRAAdapterError,
+    OptionError,
+    PyagentError,
+    RequestError,
+    SelectionError,
+    UnknownLoRAAdapterError,
+)
 from pyagent_engine.api.async_engine import EngineOverloadedError
 
 log = logging.getLogger("pyagent.server")
@@ -58,7 +66,9 @@ def as_api_error(error: Exception) -> APIError:
         return error
     if isinstance(error, EngineOverloadedError):
         return APIError(503, str(error), code="overloaded")
-    if isinstance(error, (RequestError, ChatTemplateError, OptionError, SelectionError)):
+    if isinstance(error, UnknownLoRAAdapterError):
+        return APIError(404, str(error), param="lora_name", code="model_not_found")
+    if isinstance(error, (RequestError, ChatTemplateError, OptionError, SelectionError, LoRAAdapterError)):
         return APIError(400, str(error))
     if isinstance(error, TimeoutError):
         return APIError(504, "the request ran past the server's request timeout and was stopped", code="timeout")

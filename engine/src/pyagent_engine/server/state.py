@@ -10,6 +10,7 @@ import attrs
 
 from pyagent_engine.api.async_engine import AsyncEngine
 from pyagent_engine.models.chat_template import ChatTemplate
+from pyagent_engine.requests.lora import LoRARequest
 from pyagent_engine.server.errors import APIError
 
 MAX_BODY_BYTES = 4 * 2**20
@@ -28,6 +29,8 @@ class ServerConfig:
         sampler_defaults: sampler parameters every request starts from (the sampler flags of ``serve``).
         max_body_bytes: the largest request body; larger ones get a 413.
         grace_s: seconds running requests get to finish once a shutdown begins.
+        allow_runtime_lora_updating: ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` are
+            served (``PYAGENT_ALLOW_RUNTIME_LORA_UPDATING``, as vLLM's ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``).
     """
 
     model_names: tuple[str, ...]
@@ -39,6 +42,7 @@ class ServerConfig:
     sampler_defaults: Mapping[str, Any] = attrs.field(factory=dict)
     max_body_bytes: int = MAX_BODY_BYTES
     grace_s: float = 30.0
+    allow_runtime_lora_updating: bool = False
 
 
 class ServerState:
@@ -57,9 +61,13 @@ class ServerState:
         self.created = int(time.time())
         loaded = engine.llm.loaded
         self.tokenizer = loaded.tokenizer
+        self.model_path = str(loaded.source)
         self.vocab = engine.llm.engine.structured.tokenizer_info.vocab
         self.max_model_len: int = loaded.config.max_position_embeddings
         self.max_constraint_bytes: int = engine.llm.engine.structured.config.max_constraint_bytes
+        self.lora_enabled = engine.llm.engine.loras is not None
+        self.adapters: dict[str, LoRARequest] = {r.lora_name: r for r in engine.llm.list_loras()}
+        """The LoRA adapters served, by name (``--lora-modules`` and ``/v1/load_lora_adapter``)."""
 
     @property
     def model_name(self) -> str:
@@ -67,7 +75,22 @@ class ServerState:
         return self.config.model_names[0]
 
     def check_model(self, model: str | None) -> None:
-        """Raise a 404 for a model this server does not serve (``None``: the served one)."""
-        if model is not None and model not in self.config.model_names:
-            raise APIError(404, f"the model {model!r} does not exist; this server serves "
-                                f"{', '.join(self.config.model_names)}", param="model", code="model_not_found")
+        """Raise a 404 for a model this server does not serve (``None``: the served one; a LoRA adapter's
+        name is served too)."""
+        self.adapter_of(model)
+
+    def adapter_of(self, model: str | None) -> LoRARequest | None:
+        """The LoRA adapter a request's ``model`` names (``None``: the base model); a 404 for a name this
+        server does not serve."""
+        if model is None or model in self.config.model_names:
+            return None
+        adapter = self.adapters.get(model)
+        if adapter is None:
+            served = [*self.config.model_names, *self.adapters]
+            raise APIError(404, f"the model {model!r} does not exist; this server serves {', '.join(served)}",
+                           param="model", code="model_not_found")
+        return adapter
+
+    def reported_name(self, adapter: LoRARequest | None) -> str:
+        """The ``model`` a response reports: the adapter's name, else the served model's."""
+        return self.model_name if adapter is None else adapter.lora_name

@@ -39,7 +39,8 @@ class Forward:
 
     Args:
         model: a model with ``forward(input_ids, positions, kv_caches, metadata, attention,
-            logits_indices, threads=...)`` returning float32 logits for the requested token indices.
+            logits_indices, threads=..., lora_slots=...)`` returning float32 logits for the requested token
+            indices (``lora_slots`` is passed only when a row uses a LoRA adapter).
         attention: the selected attention backend instance.
         kv: the KV manager, whose caches the model reads and writes.
         mixer: the mixer backend, passed by keyword to a model that calls mixer families (``None``: the
@@ -56,9 +57,11 @@ class Forward:
 
     def run(self, inputs: ModelInputs) -> StepLogits:
         """Run the model on ``inputs``; split the logits into the sampled rows and the prompt rows."""
+        lora = {} if inputs.lora_slots is None else {"lora_slots": inputs.lora_slots}
         with torch.inference_mode():
             logits = self.model.forward(inputs.input_ids, inputs.positions, self.kv.caches, inputs.metadata,
-                                        self.attention, inputs.logits_indices, threads=self.threads, **self.mixers)
+                                        self.attention, inputs.logits_indices, threads=self.threads, **lora,
+                                        **self.mixers)
         num_sampled = inputs.rows.num_rows
         if not inputs.prompt:
             return StepLogits(inputs.rows, logits)

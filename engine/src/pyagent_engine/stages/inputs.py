@@ -2,7 +2,8 @@
 
 This is the one place where per-row model inputs are built: token ids, positions, cache slots
 (from the KV manager), block tables, sequence lengths, state slots (for a model with recurrent
-layers), the draft-tree mask and the rows whose logits come back.
+layers), the draft-tree mask and the rows whose logits come back, and each row's LoRA slot (its
+request's, :attr:`Request.lora_slot`).
 """
 
 from __future__ import annotations
@@ -86,4 +87,12 @@ class PrepareInputs:
             logits_indices=torch.tensor(indices, dtype=torch.long),
             rows=SampledRows.of([c.request for c in chunks if c.sample]),
             prompt=tuple((request, scored) for request, scored, _ in prompt),
+            lora_slots=_lora_slots(chunks),
         )
+
+
+def _lora_slots(chunks: Sequence[ScheduledChunk]) -> torch.Tensor | None:
+    """Each row's LoRA slot, its request's (a draft's nodes too); ``None`` when all run the base model."""
+    if all(c.request.lora_slot < 0 for c in chunks):
+        return None
+    return torch.tensor([c.request.lora_slot for c in chunks for _ in range(c.num_tokens)], dtype=torch.int32)

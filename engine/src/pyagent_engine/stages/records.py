@@ -83,6 +83,8 @@ class ModelInputs:
         rows: the requests a token is chosen for, with their logits rows.
         prompt: per request that asks for prompt logprobs, the positions computed this step that
             score a prompt token; their logits rows follow the sampled ones, in this order.
+        lora_slots: ``int32 [num_tokens]``, each token's LoRA slot (-1: the base model); ``None`` when
+            every row runs the base model.
     """
 
     chunks: tuple[ScheduledChunk, ...]
@@ -92,6 +94,7 @@ class ModelInputs:
     logits_indices: torch.Tensor
     rows: SampledRows
     prompt: tuple[tuple[Request, range], ...] = ()
+    lora_slots: torch.Tensor | None = None
 
 
 @attrs.frozen(eq=False)
