@@ -42,6 +42,8 @@ class EngineInfo:
         max_model_len: the longest sequence (prompt plus output) the model takes.
         block_size: tokens per KV-cache block.
         num_kv_blocks: KV-cache blocks allocated for all requests.
+        num_state_slots: recurrent-state slots, one per sequence that may run (0 for a model without
+            state layers).
         max_num_seqs: the most requests running at once.
         max_num_batched_tokens: the token budget of one step.
         backends: the chosen backend per kind (``{"attention": "paged", "sampler": "top_k,...", ...}``).
@@ -57,6 +59,7 @@ class EngineInfo:
     num_kv_blocks: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    num_state_slots: int = 0
     backends: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
 
 
@@ -118,6 +121,8 @@ class StepStats:
         num_preempted: requests preempted to make room this step.
         kv_blocks_free: KV blocks free after the step.
         kv_blocks_total: KV blocks in all.
+        state_slots_free: recurrent-state slots free after the step (0 for a model without state layers).
+        state_slots_total: recurrent-state slots in all.
         num_cached_tokens: prompt tokens served from the prefix cache this step.
         kv_blocks_cached: blocks held by the prefix cache (0 without prefix caching).
         prefix_cache_queried_tokens: prompt tokens looked up in the prefix cache this step.
@@ -144,6 +149,8 @@ class StepStats:
     num_preempted: int
     kv_blocks_free: int
     kv_blocks_total: int
+    state_slots_free: int = 0
+    state_slots_total: int = 0
     num_cached_tokens: int = 0
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0

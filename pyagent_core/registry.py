@@ -49,6 +49,7 @@ from pyagent_core.types import (
     BackendSpec,
     EvictionSpec,
     GrammarSpec,
+    MixerSpec,
     ModelSpec,
     ProposerSpec,
     ReasoningParserSpec,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from pyagent_core.interfaces.attention import AttentionBackend
     from pyagent_core.interfaces.eviction import EvictionPolicy
     from pyagent_core.interfaces.grammar import GrammarBackend
+    from pyagent_core.interfaces.mixer import MixerBackend
     from pyagent_core.interfaces.model import CausalLM
     from pyagent_core.interfaces.proposer import Proposer
     from pyagent_core.interfaces.reasoning_parser import ReasoningParser
@@ -465,6 +467,8 @@ class Registry:
 
     @overload
     def load(self, backend: Backend[AttentionSpec]) -> type[AttentionBackend]: ...
+    @overload
+    def load(self, backend: Backend[MixerSpec]) -> type[MixerBackend]: ...
     @overload
     def load(self, backend: Backend[SamplerSpec]) -> type[Sampler]: ...
     @overload

@@ -303,12 +303,22 @@ class ModelSpec(BackendSpec):
         architectures: the names a Hugging Face ``config.json`` lists under ``architectures``
             (``"LlamaForCausalLM"``).
         gguf_architectures: the ``general.architecture`` values of GGUF files it reads (``"llama"``).
+        recurrent_state: some layer keeps a fixed-size state per sequence
+            (:class:`~pyagent_core.interfaces.cache.RecurrentState` in its cache layout), so the engine
+            features of :meth:`limits` are off for it.
     """
 
     kind: ClassVar[str] = "model"
 
     architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
     gguf_architectures: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple)
+    recurrent_state: bool = False
+
+    def limits(self) -> dict[str, str]:
+        """Engine features this architecture cannot use, and why (none for attention-only models)."""
+        from pyagent_core.interfaces.cache import STATE_LIMITS
+
+        return dict(STATE_LIMITS) if self.recurrent_state else {}
 
     def __attrs_post_init__(self) -> None:
         if not (self.architectures or self.gguf_architectures):

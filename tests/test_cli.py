@@ -35,6 +35,16 @@ def test_list_json_has_every_kind_and_the_reference_samplers(cli, isolated):
     assert len(data["kinds"]["model"]) > 1 and not any(r["default"] for r in data["kinds"]["model"])
 
 
+def test_list_model_says_which_engine_features_a_recurrent_state_rules_out(cli, isolated):
+    from pyagent_core.interfaces.cache import STATE_LIMITS
+
+    models = {r["name"]: r for r in json.loads(cli("list", "model", "--json", **isolated).stdout)["kinds"]["model"]}
+    assert {name for name, r in models.items() if r["limits"]} == {"mamba2", "lfm2", "qwen3next", "granitehybrid"}
+    assert models["lfm2"]["limits"] == STATE_LIMITS and models["llama"]["limits"] == {}
+    text = " ".join(cli("list", "model", env={**isolated["env"], "COLUMNS": "80"}, cwd=isolated["cwd"]).stdout.split())
+    assert "feed-forward. Prefix caching is off: a cached prefix's blocks hold keys and values but not the" in text
+
+
 def test_config_reports_parsers_as_none_until_one_is_selected(cli, isolated):
     data = json.loads(cli("config", "--json", **isolated).stdout)
     tool = data["selection"]["tool_parser"]

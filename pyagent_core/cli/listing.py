@@ -10,6 +10,7 @@ import typer
 from pyagent_core.commands import JsonFlag, print_json, print_table
 from pyagent_core.kinds import KINDS, get_kind
 from pyagent_core.registry import Backend, Registry, get_registry
+from pyagent_core.types import ModelSpec
 
 WIDE = 120
 """Columns from which ``pyagent list`` is a table; narrower (80 when piped), one block per backend."""
@@ -40,8 +41,10 @@ def print_blocks(title: str, blocks: Iterable[tuple[str, Sequence[str]]]) -> Non
 
 def backend_record(registry: Registry, backend: Backend, default: Backend | None,
                    deep: bool) -> dict[str, Any]:
-    """The JSON shape of one backend in ``pyagent list``."""
+    """The JSON shape of one backend in ``pyagent list`` (a model's ``limits``: the engine features its
+    architecture cannot use, and why)."""
     verdict = registry.availability(backend, deep=deep)
+    limits = backend.spec.limits() if isinstance(backend.spec, ModelSpec) else {}
     return {
         "name": backend.name,
         "qualified_name": backend.qualified_name,
@@ -53,7 +56,14 @@ def backend_record(registry: Registry, backend: Backend, default: Backend | None
         "default": backend is default,
         "priority": backend.spec.priority,
         "summary": backend.spec.summary,
+        "limits": limits,
     }
+
+
+def _summary(record: dict[str, Any]) -> str:
+    """A backend's summary for the listing, with the engine features it cannot use and why."""
+    limits = "; ".join(f"{feature} is off: {why}" for feature, why in record["limits"].items())
+    return f"{record['summary']} {limits[0].upper()}{limits[1:]}." if limits else record["summary"]
 
 
 def backend_matrix(registry: Registry, kinds: list[str]) -> str:
@@ -122,13 +132,13 @@ def list_backends(
             print_table(
                 title, ["name", "distribution", "available", "default", "priority", "summary"],
                 [(r["name"], f"{r['dist']} {r['version']}", "yes" if r["available"] else f"no: {r['reason']}",
-                  "*" if r["default"] else "", r["priority"], r["summary"]) for r in records],
+                  "*" if r["default"] else "", r["priority"], _summary(r)) for r in records],
             )
             continue
         print_blocks(title, [
             (f"{r['name']}{' (default)' if r['default'] else ''}: {r['dist']} {r['version']}, priority "
              f"{r['priority']}{'' if r['available'] else ', NOT AVAILABLE'}",
-             [r["summary"], *([] if r["available"] else [f"not available: {r['reason']}"])]) for r in records])
+             [_summary(r), *([] if r["available"] else [f"not available: {r['reason']}"])]) for r in records])
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
 

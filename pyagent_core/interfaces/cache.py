@@ -38,6 +38,18 @@ if TYPE_CHECKING:
 #: The size in bytes of one element of a recurrent state (float32).
 STATE_ITEMSIZE = 4
 
+#: Engine features a model whose layers keep a recurrent state cannot use, and why: shown by ``pyagent
+#: list model`` and ``pyagent doctor --model``, and said by the error a host raises when one is asked for.
+STATE_LIMITS = {
+    "prefix caching": "a cached prefix's blocks hold keys and values but not the recurrent state after the "
+                      "prefix, so every prompt is computed from its first token",
+    "speculative decoding": "rejecting draft tokens would need the recurrent state rolled back to before them, "
+                            "and the state mixers cannot verify draft trees",
+}
+
+#: Why a model whose layers call mixer families (MLA's included) cannot use speculative decoding.
+MIXER_DRAFT_LIMIT = "its mixer layers cannot verify draft trees (a mixer call refuses a tree mask)"
+
 
 def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not int or value <= 0:
@@ -196,6 +208,14 @@ class CacheLayout:
     def stateful(self) -> bool:
         """Whether some layer keeps a state per sequence (state slots are needed)."""
         return any(isinstance(layer, RecurrentState) for layer in self.layers)
+
+    def limits(self, mixer_families: Sequence[str] = ()) -> dict[str, str]:
+        """Engine features a model of this layout calling ``mixer_families`` cannot use, and why:
+        :data:`STATE_LIMITS` with state layers; speculative decoding (:data:`MIXER_DRAFT_LIMIT`) with
+        mixer layers alone."""
+        if self.stateful:
+            return dict(STATE_LIMITS)
+        return {"speculative decoding": MIXER_DRAFT_LIMIT} if mixer_families else {}
 
     def bytes_per_token(self, itemsize: int) -> int:
         """Bytes one token costs across the paged layers."""

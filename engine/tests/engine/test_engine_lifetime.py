@@ -26,7 +26,7 @@ def test_an_engine_that_ran_is_freed_with_its_last_reference(llm_bf16: LLM, coll
     engine.add_request(llm_bf16.encode("Hi")[0], SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished():
         engine.step()
-    cache = weakref.ref(engine.kv.groups[0].caches[0])
+    cache = weakref.ref(engine.kv.caches[0])
     alive = weakref.ref(engine)
     del engine
     assert alive() is None and cache() is None, "a reference cycle keeps the engine and its KV cache allocated"

@@ -89,7 +89,8 @@ def make_pool(num_blocks: int, block_size: int, offload: int = 0, policy: type[E
     """A checked prefix-caching pool over a one-layer float64 'KV cache' of fingerprints."""
     caches = [torch.zeros((2, num_blocks, block_size, 1, 1), dtype=torch.float64)]
     options = options or {}
-    tier = OffloadTier(caches, policy(options, EvictionContext(offload, block_size))) if offload else None
+    by_block = [caches[0].transpose(0, 1)]  # the tier copies block-major views
+    tier = OffloadTier(by_block, policy(options, EvictionContext(offload, block_size))) if offload else None
     pool = PrefixCachingBlockPool(num_blocks, block_size, policy(options, EvictionContext(num_blocks, block_size)),
                                   hash_function("sha256"), tier)
     check_victims(pool.index)

@@ -14,7 +14,6 @@ import torch
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
 from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.testing.scaffolded import import_template
-from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.gguf_file import read_gguf
@@ -103,6 +102,11 @@ def attention(checkpoint: Checkpoint) -> AttentionBackend:
     return backend_class({}, context)
 
 
+def model_caches(model: Any, num_blocks: int, block_size: int, dtype: torch.dtype | None = None) -> list[Any]:
+    """Zeroed caches of ``model``'s declared layout for ``num_blocks`` blocks, in ``dtype`` (default: the model's)."""
+    return type(model).cache_layout(model.config).allocate(num_blocks, block_size, 0, dtype or model.dtype)
+
+
 def single_sequence_metadata(start: int, count: int, num_blocks: int) -> AttentionMetadata:
     """Metadata for ``count`` new tokens at positions ``start..`` of one sequence owning blocks 0.."""
     total = start + count
@@ -123,7 +127,7 @@ def prefill(attention: AttentionBackend) -> Prefill:
 
     def run(model: DecoderLM, prompt: Sequence[int], room: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
         num_blocks = -(-(len(prompt) + room) // BLOCK_SIZE)
-        caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(num_blocks, BLOCK_SIZE)
+        caches = model_caches(model, num_blocks, BLOCK_SIZE)
         logits = model.forward(
             torch.tensor(prompt), torch.arange(len(prompt)), caches,
             single_sequence_metadata(0, len(prompt), num_blocks), attention, torch.arange(len(prompt)),

@@ -15,13 +15,12 @@ from gguf.quants import dequantize
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.interfaces.attention import AttentionContext
 from pyagent_core.testing.scaffolded import import_template
-from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import read_checkpoint, write_checkpoint
 from pyagent_engine.models.gguf_file import read_gguf, supported_block_types
 from pyagent_engine.models.loader import load_model
 from pyagent_kernels.quantized import FORMATS, QuantizedWeight
 
-from .conftest import BLOCK_SIZE, single_sequence_metadata
+from .conftest import BLOCK_SIZE, model_caches, single_sequence_metadata
 
 HIDDEN, HEADS, KV_HEADS, FFN = 256, 4, 2, 512
 TOKENS = [chr(ord("a") + i) for i in range(26)] + ["ab"]
@@ -96,7 +95,7 @@ def prompt_logits(model: object, ids: list[int]) -> torch.Tensor:
                                scale=config.attention_scale, block_size=BLOCK_SIZE, dtype="float32")
     attention = import_template("attention").impl.KitReference({}, context)
     blocks = -(-len(ids) // BLOCK_SIZE)
-    caches = PagedKVGroup.of_model(config, torch.float32).allocate(blocks, BLOCK_SIZE)
+    caches = model_caches(model, blocks, BLOCK_SIZE, torch.float32)
     return model.forward(torch.tensor(ids), torch.arange(len(ids)), caches,  # type: ignore[attr-defined]
                          single_sequence_metadata(0, len(ids), blocks), attention, torch.arange(len(ids)))
 

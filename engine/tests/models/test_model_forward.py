@@ -9,13 +9,12 @@ import pytest
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionMetadata
-from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_kernels.quantized import QuantizedWeight
 from pyagent_model_base.decoder import DecoderLM
 from pyagent_model_base.step_plan import REUSED_STEP_TOKENS
 
-from .conftest import BLOCK_SIZE, CHAT_PROMPTS, Greedy, Prefill, build_model, single_sequence_metadata
+from .conftest import BLOCK_SIZE, CHAT_PROMPTS, Greedy, Prefill, build_model, model_caches, single_sequence_metadata
 
 #: Largest absolute difference allowed between our float32 logits and transformers' (same weights,
 #: same float32 arithmetic up to operation order; observed: about 6e-5 on logits of magnitude ~20).
@@ -142,7 +141,7 @@ def test_chunked_prefill_and_mixed_batch_match_single_prefill(
     block_size, cut = 8, len(a) // 2
     tables = [[5, 0, 9, 2, 7, 11, 13], [3, 10, 1, 6, 4, 8, 12]]
     assert max(len(a), len(b)) <= 7 * block_size
-    caches = PagedKVGroup.of_model(model_f32.config, torch.float32).allocate(14, block_size)
+    caches = model_caches(model_f32, 14, block_size, torch.float32)
     model_f32.forward(torch.tensor(a[:cut]), torch.arange(cut), caches,
                       _metadata(tables[:1], [0], [cut], block_size), attention, torch.tensor([cut - 1]))
     rest = len(a) - cut
@@ -157,9 +156,9 @@ def test_chunked_prefill_and_mixed_batch_match_single_prefill(
 
 
 def test_kv_cache_layout(model_f32: DecoderLM) -> None:
-    """A paged group allocates one zeroed [2, blocks, block_size, kv_heads, head_dim] cache per layer."""
+    """The declared layout allocates one zeroed [2, blocks, block_size, kv_heads, head_dim] cache per layer."""
     cfg = model_f32.config
-    caches = PagedKVGroup.of_model(cfg, torch.bfloat16).allocate(3, 16)
+    caches = model_caches(model_f32, 3, 16, torch.bfloat16)
     assert len(caches) == cfg.num_layers
     assert all(c.shape == (2, 3, 16, cfg.num_kv_heads, cfg.head_dim) and c.dtype == torch.bfloat16 for c in caches)
     assert not caches[0].any()
@@ -172,7 +171,7 @@ def test_bfloat16_decode_is_batch_invariant(
     a, b = chat_ids[2], chat_ids[3]
     block_size, tables = 8, [list(range(0, 7)), list(range(7, 14))]
     assert max(len(a), len(b)) < 7 * block_size
-    caches = PagedKVGroup.of_model(model_bf16.config, torch.bfloat16).allocate(14, block_size)
+    caches = model_caches(model_bf16, 14, block_size, torch.bfloat16)
     for table, ids in zip(tables, (a, b), strict=True):
         model_bf16.forward(torch.tensor(ids), torch.arange(len(ids)), caches,
                            _metadata([table], [0], [len(ids)], block_size), attention, torch.tensor([len(ids) - 1]))
@@ -195,7 +194,7 @@ def test_steps_on_the_reused_buffers_agree_with_steps_on_their_own(
     assert len(ids) > REUSED_STEP_TOKENS
     whole, _ = prefill(model_f32, ids)
     num_blocks = -(-len(ids) // BLOCK_SIZE)
-    caches = PagedKVGroup.of_model(model_f32.config, torch.float32).allocate(num_blocks, BLOCK_SIZE)
+    caches = model_caches(model_f32, num_blocks, BLOCK_SIZE, torch.float32)
     chunks = []
     for start, stop in ((0, 40), (40, len(ids) - 1), (len(ids) - 1, len(ids))):
         step = (torch.tensor(ids[start:stop]), torch.arange(start, stop), caches,
@@ -209,7 +208,7 @@ def test_steps_on_the_reused_buffers_agree_with_steps_on_their_own(
 def test_inputs_and_positions_of_different_lengths_are_refused(
     model_f32: DecoderLM, attention: AttentionBackend
 ) -> None:
-    caches = PagedKVGroup.of_model(model_f32.config, torch.float32).allocate(1, BLOCK_SIZE)
+    caches = model_caches(model_f32, 1, BLOCK_SIZE, torch.float32)
     with pytest.raises(ValueError, match=r"input_ids and positions must both be \[num_tokens\]"):
         model_f32.forward(torch.tensor([1, 2]), torch.tensor([0]), caches, single_sequence_metadata(0, 2, 1),
                           attention, torch.tensor([1]))

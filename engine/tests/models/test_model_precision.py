@@ -28,13 +28,12 @@ from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext
 from pyagent_core.interfaces.model import ModelContext
 from pyagent_core.kinds import ATTENTION
 from pyagent_core.registry import get_registry
-from pyagent_engine.kv.groups import PagedKVGroup
 from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.gguf_file import read_gguf
 from pyagent_kernels.quantized import QuantizedWeight
 from pyagent_model_base.decoder import DecoderLM
 
-from .conftest import BLOCK_SIZE, CHAT_PROMPTS, build_model, single_sequence_metadata
+from .conftest import BLOCK_SIZE, CHAT_PROMPTS, build_model, model_caches, single_sequence_metadata
 
 TEXT = Path(__file__).with_name("data") / "alice-chapters-1-2.txt"
 LLAMA_QUANTIZE_ENV = "PYAGENT_LLAMA_QUANTIZE"
@@ -101,7 +100,7 @@ def perplexity(model: DecoderLM, attention: AttentionBackend, ids: list[int]) ->
     total, count = 0.0, 0
     for start in range(0, len(ids) - 1, WINDOW):
         window = ids[start : start + WINDOW]
-        caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(-(-WINDOW // BLOCK_SIZE), BLOCK_SIZE)
+        caches = model_caches(model, -(-WINDOW // BLOCK_SIZE), BLOCK_SIZE)
         logits = run(model, attention, window, caches, 0, torch.arange(len(window) - 1))
         targets = torch.tensor(window[1:])
         total -= float(torch.log_softmax(logits.double(), -1)[torch.arange(len(targets)), targets].sum())
@@ -111,8 +110,7 @@ def perplexity(model: DecoderLM, attention: AttentionBackend, ids: list[int]) ->
 
 def greedy(model: DecoderLM, attention: AttentionBackend, prompt: list[int], new: int) -> list[int]:
     """``new`` tokens decoded greedily after ``prompt`` (end-of-sequence ignored)."""
-    caches = PagedKVGroup.of_model(model.config, model.dtype).allocate(-(-(len(prompt) + new) // BLOCK_SIZE),
-                                                                     BLOCK_SIZE)
+    caches = model_caches(model, -(-(len(prompt) + new) // BLOCK_SIZE), BLOCK_SIZE)
     logits = run(model, attention, prompt, caches, 0, torch.tensor([len(prompt) - 1]))
     tokens = [int(logits[0].argmax())]
     while len(tokens) < new:

@@ -49,12 +49,16 @@ class EngineLoad:
         waiting: requests waiting to start (for the scheduler or for their grammar).
         kv_blocks_free: KV-cache blocks free for new work (cached blocks that may be evicted count as free).
         kv_blocks_total: KV-cache blocks of the engine.
+        state_slots_free: recurrent-state slots not held by a running request (models with state layers).
+        state_slots_total: recurrent-state slots of the engine (0 for a model without state layers).
     """
 
     running: int = 0
     waiting: int = 0
     kv_blocks_free: int = 0
     kv_blocks_total: int = 0
+    state_slots_free: int = 0
+    state_slots_total: int = 0
 
 
 @attrs.frozen
@@ -129,7 +133,9 @@ class AsyncEngine:
         self._inbox: list[Callable[[], None]] = []
         self._active: dict[Session, Generation] = {}
         self._queued = 0  # requests handed to the thread, not yet added
-        self._load = EngineLoad(kv_blocks_total=llm.engine.num_blocks, kv_blocks_free=llm.engine.num_blocks)
+        slots = llm.engine.kv.num_slots
+        self._load = EngineLoad(kv_blocks_total=llm.engine.num_blocks, kv_blocks_free=llm.engine.num_blocks,
+                                state_slots_total=slots, state_slots_free=slots)
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="pyagent-engine", daemon=True)
 
@@ -292,7 +298,8 @@ class AsyncEngine:
         scheduler = engine.scheduler
         self._load = EngineLoad(
             running=len(scheduler.running), waiting=len(scheduler.waiting) + len(engine.structured.pending),
-            kv_blocks_free=engine.kv.num_free, kv_blocks_total=engine.num_blocks)
+            kv_blocks_free=engine.kv.num_free, kv_blocks_total=engine.num_blocks,
+            state_slots_free=engine.kv.num_free_slots, state_slots_total=engine.kv.num_slots)
 
     def _call(self, callback: Callable[..., object], *args: object) -> None:
         assert self._loop is not None

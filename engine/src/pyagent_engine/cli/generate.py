@@ -66,7 +66,8 @@ CHAT_HELP = """Commands (a line holding one word that starts with /; anything el
 Ctrl-C stops the reply being written; the conversation goes on."""
 
 KvOpt = Annotated[float, typer.Option(
-    "--kv-cache-gib", help="Memory for the KV cache, in GiB; checked against the memory available.")]
+    "--kv-cache-gib", help="Memory for the KV cache (and the recurrent states of models with state layers), in GiB; "
+    "checked against the memory available.")]
 
 
 def _progress() -> Callable[[int, int, str], None]:

@@ -19,7 +19,8 @@ class EngineConfig:
 
     Attributes:
         block_size: tokens per KV-cache block.
-        kv_cache_gib: memory for the KV cache of all layers, in GiB.
+        kv_cache_gib: memory for the caches of all layers, in GiB: a recurrent-state slot per sequence
+            that may run (``max_num_seqs``) for a model with state layers, the rest in blocks.
         max_num_seqs: the most requests running at once.
         max_num_batched_tokens: the token budget of one step (prefill chunks plus decodes).
         prefix_caching: share computed full KV blocks between requests by chained hash.

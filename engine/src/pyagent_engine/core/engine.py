@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from pyagent_core.errors import LoRAAdapterError, RequestError
+from pyagent_core.errors import ConfigError, LoRAAdapterError, RequestError
 from pyagent_core.interfaces.grammar import TokenizerInfo
 from pyagent_core.interfaces.lora import LoRASettings
 from pyagent_core.interfaces.scheduler import SchedulerContext
@@ -30,7 +30,7 @@ from pyagent_core.types import AttentionSpec
 from pyagent_engine.core.attention_choice import build_attention
 from pyagent_engine.core.config import EngineConfig
 from pyagent_engine.core.lora_adapters import ServedAdapters
-from pyagent_engine.kv.groups import PagedKVGroup
+from pyagent_engine.core.mixer_choice import build_mixer
 from pyagent_engine.kv.manager import build_kv_manager
 from pyagent_engine.models.loader import LoadedModel
 from pyagent_engine.requests.isolation import describe, run_isolated
@@ -114,13 +114,20 @@ class Engine:
         config: cache and batch sizes.
         structured: structured-output settings (grammar fallback order, compile cache and limits).
         speculative: speculative decoding (proposer, its options, draft length); ``None``: off.
+        mixer: the mixer backend for a model whose layers call mixer families (default: selection
+            precedence of the registry); ``mixer_options`` its options.
+
+    A model whose layers keep a recurrent state gets a state slot per running sequence beside its
+    blocks; prefix caching and speculative decoding are refused for it, and speculative decoding for a
+    model with other mixer layers (:meth:`~pyagent_core.interfaces.cache.CacheLayout.limits` says why).
     """
 
     def __init__(self, loaded: LoadedModel, *, registry: Registry | None = None, attention: str | None = None,
                  attention_options: Mapping[str, Any] | None = None,
                  samplers: str | Sequence[str] | None = None,
                  sampler_options: Mapping[str, Mapping[str, Any]] | None = None, config: EngineConfig | None = None,
-                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None) -> None:
+                 structured: StructuredConfig | None = None, speculative: SpeculativeConfig | None = None,
+                 mixer: str | None = None, mixer_options: Mapping[str, Any] | None = None) -> None:
         self.loaded = loaded
         self.registry = registry or get_registry()
         self.config = config or EngineConfig()
@@ -130,9 +137,14 @@ class Engine:
         self.attention_context = attention_context
         self.attention_selection, backend = build_attention(self.registry, attention, attention_options,
                                                             attention_context, self._unsupported)
+        self.layout = loaded.model.cache_layout(model_config)
+        families = loaded.model.mixer_families(model_config)
+        self._refuse_limits(families, speculative is not None)
+        self.mixer_selection, mixer_backend = build_mixer(
+            self.registry, families, _dtype_name(loaded.dtype), self.config.block_size, mixer, mixer_options)
         self.kv, self.eviction_selection = build_kv_manager(
-            self.config, [PagedKVGroup.of_model(model_config, loaded.dtype)], int(self.config.kv_cache_gib * 2**30),
-            self.registry)
+            self.config, self.layout, int(self.config.kv_cache_gib * 2**30), loaded.dtype, self.config.max_num_seqs,
+            model_config.max_position_embeddings, self.registry)
         self.num_blocks = self.kv.num_blocks
         policy, self.scheduler_selection = build_scheduling_policy(
             self.registry, self.config.scheduler, self.config.scheduler_options,
@@ -154,7 +166,7 @@ class Engine:
         mode, context = self.config.logprobs_mode, model_config.max_position_embeddings
         self.schedule = Schedule(self.scheduler, self.structured, self.speculative, context)
         self.inputs = PrepareInputs(self.kv)
-        self.forward = Forward(loaded.model, backend, self.kv)
+        self.forward = Forward(loaded.model, backend, self.kv, mixer_backend)
         self.masks = MaskLogits(self.structured, mode)
         self.select = SelectTokens(mode)
         self.logprobs = RecordLogprobs(mode)
@@ -168,13 +180,24 @@ class Engine:
             architecture=model_config.architecture,
             dtype=_dtype_name(loaded.dtype), vocab_size=model_config.vocab_size,
             max_model_len=model_config.max_position_embeddings, block_size=self.config.block_size,
-            num_kv_blocks=self.num_blocks, max_num_seqs=self.config.max_num_seqs,
+            num_kv_blocks=self.num_blocks, num_state_slots=self.kv.num_slots, max_num_seqs=self.config.max_num_seqs,
             max_num_batched_tokens=self.config.max_num_batched_tokens, backends=self.backends,
         )
         self._fire("pyagent_engine_started")
 
     def _tokenizer_info(self) -> TokenizerInfo:
         return self.structured.tokenizer_info
+
+    def _refuse_limits(self, families: Sequence[str], speculative: bool) -> None:
+        """Raise :class:`ConfigError` for a feature asked of the model that its layout rules out
+        (:meth:`~pyagent_core.interfaces.cache.CacheLayout.limits`)."""
+        limits = self.layout.limits(families)
+        asked = {"prefix caching": (self.config.prefix_caching, "drop --prefix-caching (prefix_caching=False)"),
+                 "speculative decoding": (speculative, "drop --speculative (speculative=None)")}
+        for feature, (on, fix) in asked.items():
+            if on and feature in limits:
+                raise ConfigError(f"{feature} is not supported for the {self.loaded.config.architecture} "
+                                  f"architecture: {limits[feature]}; {fix}")
 
     def _unsupported(self, spec: AttentionSpec) -> str | None:
         """Why the model cannot run on the attention backend of ``spec`` (``None``: it can)."""
@@ -206,6 +229,8 @@ class Engine:
     def backends(self) -> dict[str, str]:
         """The backend chosen for each stage, by kind."""
         chosen = {"attention": self.attention_selection.backend.name, "sampler": ",".join(self.sampler.names)}
+        if self.mixer_selection is not None:
+            chosen["mixer"] = self.mixer_selection.backend.name
         if self.eviction_selection is not None:
             chosen["eviction"] = self.eviction_selection.backend.name
         if self.scheduler_selection is not None:
@@ -373,6 +398,8 @@ class Engine:
             "num_preempted": len(plan.preempted),
             "kv_blocks_free": self.kv.num_free,
             "kv_blocks_total": self.num_blocks,
+            "state_slots_free": self.kv.num_free_slots,
+            "state_slots_total": self.kv.num_slots,
             "num_cached_tokens": plan.num_cached_tokens,
             "num_prompt_tokens": first_prompts,
             "num_generation_tokens": sum(generated),

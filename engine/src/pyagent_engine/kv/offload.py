@@ -23,17 +23,17 @@ class OffloadTier:
     """Host copies of evicted KV blocks, by hash.
 
     Args:
-        kv_caches: the device caches, one per layer, ``[2, num_blocks, block_size, kv_heads, head_size]``.
+        kv_caches: the device caches of the per-token layers, block-major: ``cache[block_id]`` is one
+            block of a layer (:meth:`~pyagent_engine.kv.layer_caches.LayerCaches.by_block`).
         policy: eviction policy over host slots; its capacity is the tier's capacity in blocks.
     """
 
     def __init__(self, kv_caches: list[torch.Tensor], policy: EvictionPolicy) -> None:
-        first = kv_caches[0]
         self.kv_caches = kv_caches
         self.capacity = policy.capacity
-        self.store = torch.empty((len(kv_caches), 2, self.capacity, *first.shape[2:]), dtype=first.dtype,
-                                 device="cpu", pin_memory=first.is_cuda)
-        self.index = PrefixIndex(policy, block_size=first.shape[2])
+        self.store = [torch.empty((self.capacity, *cache.shape[1:]), dtype=cache.dtype, device="cpu",
+                                  pin_memory=cache.is_cuda) for cache in kv_caches]
+        self.index = PrefixIndex(policy, block_size=policy.context.block_size)
         self._free: deque[int] = deque(range(self.capacity))
         self.num_saved = 0
         self.num_loaded = 0
@@ -53,8 +53,8 @@ class OffloadTier:
         if self.index.find(key) is not None:
             return
         slot = self._free.popleft() if self._free else self.index.evict()[0]
-        for layer, cache in enumerate(self.kv_caches):
-            self.store[layer, :, slot].copy_(cache[:, block_id], non_blocking=cache.is_cuda)
+        for store, cache in zip(self.store, self.kv_caches, strict=True):
+            store[slot].copy_(cache[block_id], non_blocking=cache.is_cuda)
         self.index.add(slot, key, parent, depth, refs=0)
         self.num_saved += 1
 
@@ -66,8 +66,8 @@ class OffloadTier:
         slot = self.index.find(key)
         if slot is None:
             return False
-        for layer, cache in enumerate(self.kv_caches):
-            cache[:, block_id].copy_(self.store[layer, :, slot])
+        for store, cache in zip(self.store, self.kv_caches, strict=True):
+            cache[block_id].copy_(store[slot])
         self.index.discard(slot)
         self._free.append(slot)
         self.num_loaded += 1

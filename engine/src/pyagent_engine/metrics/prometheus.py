@@ -85,6 +85,8 @@ class EngineMetrics:
         self.running = self._gauge("num_requests_running", "Number of requests in model execution batches.")
         self.waiting = self._gauge("num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = self._gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.state_usage = self._gauge("state_slots_usage_perc", "Recurrent-state slots held by running requests "
+                                       "(models with state layers; 0 otherwise). 1 means 100 percent usage.")
         self.prefix_queries = self._counter("prefix_cache_queries",
                                             "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_hits = self._counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
@@ -179,7 +181,7 @@ class EngineMetrics:
             self.in_flight.discard(request.request_id)
             idle = not self.in_flight
         if idle:
-            for gauge in (self.running, self.waiting, self.kv_usage):
+            for gauge in (self.running, self.waiting, self.kv_usage, self.state_usage):
                 gauge.set(0)
 
     def step_finished(self, stats: StepStats) -> None:
@@ -188,6 +190,8 @@ class EngineMetrics:
         self.waiting.set(stats.num_waiting)
         total = stats.kv_blocks_total
         self.kv_usage.set(1.0 - stats.kv_blocks_free / total if total else 0.0)
+        slots = stats.state_slots_total
+        self.state_usage.set(1.0 - stats.state_slots_free / slots if slots else 0.0)
         self.prefix_queries.inc(stats.prefix_cache_queried_tokens)
         self.prefix_hits.inc(stats.prefix_cache_hit_tokens)
         self.preemptions.inc(stats.num_preempted)

@@ -3,8 +3,11 @@
 One :class:`~pyagent_core.records.DoctorCheck` row per question, each answered without reading a weight:
 is the path a GGUF file or a checkpoint folder with its files; does an installed model plugin serve
 its architecture (and read every config key it needs); can every tensor's block type be run (by the
-linear kernel in its blocks, or dequantized at load); can its tokenizer be built; does it carry a chat
-template. The architecture's plugin is imported (and with it torch) to read the config.
+linear kernel in its blocks, or dequantized at load); what its layers keep between steps (its cache
+layout) and which engine features that rules out (prefix caching and speculative decoding for a model
+with recurrent state, speculative decoding for one with other mixer layers); can its tokenizer be
+built; does it carry a chat template. The architecture's plugin is imported (and with it torch) to
+read the config.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from pyagent_core.errors import PyagentError
+from pyagent_core.interfaces.cache import LatentKV, PagedKV, RecurrentState
+from pyagent_core.interfaces.model import CausalLM, ModelConfig
 from pyagent_core.records import DoctorCheck
-from pyagent_engine.models.architectures import find_architecture
+from pyagent_engine.models.architectures import Architecture, find_architecture
 from pyagent_engine.models.checkpoint import CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from pyagent_engine.models.gguf_file import gguf_config, open_gguf, read_metadata, supported_block_types
 from pyagent_engine.models.gguf_tokenizer import build_gguf_tokenizer
@@ -31,6 +36,19 @@ def _guarded(name: str, check: Any) -> DoctorCheck:
     except PyagentError as exc:
         return DoctorCheck(name, False, str(exc))
     return row
+
+
+def _caches(model_class: type[CausalLM], config: ModelConfig) -> DoctorCheck:
+    """What the model's layers keep (its cache layout) and the engine features a recurrent state rules out."""
+    layout = model_class.cache_layout(config)
+    kinds = [(PagedKV, "paged KV"), (LatentKV, "latent KV (MLA)"), (RecurrentState, "recurrent state")]
+    counts = [f"{what} on {n} layers" for kind, what in kinds
+              if (n := sum(isinstance(layer, kind) for layer in layout.layers))]
+    detail = ", ".join(counts) + f"; {layout.bytes_per_sequence()} bytes of state per sequence" * layout.stateful
+    limits = layout.limits(model_class.mixer_families(config))
+    if limits:
+        detail += "; " + "; ".join(f"{feature}: off ({why})" for feature, why in limits.items())
+    return DoctorCheck("model caches", True, detail)
 
 
 def _block_types(counts: Counter[str]) -> DoctorCheck:
@@ -50,8 +68,11 @@ def _gguf_checks(path: Path) -> list[DoctorCheck]:
     metadata = read_metadata(reader)
     where = str(path)
 
+    found: list[tuple[Architecture, ModelConfig]] = []
+
     def config() -> DoctorCheck:
         architecture, cfg = gguf_config(metadata, {t.name for t in reader.tensors}, where)
+        found.append((architecture, cfg))
         return DoctorCheck("model architecture", True, f"{architecture.spec.name} ({architecture.spec.impl}): "
                            f"{cfg.num_layers} layers, hidden {cfg.hidden_size}, {cfg.num_heads} heads")
 
@@ -65,6 +86,7 @@ def _gguf_checks(path: Path) -> list[DoctorCheck]:
     return [
         DoctorCheck("model", True, f"{path} (GGUF, {len(reader.tensors)} tensors)"),
         _guarded("model architecture", config),
+        *(_caches(architecture.model_class, cfg) for architecture, cfg in found),
         _block_types(Counter(t.tensor_type.name for t in reader.tensors)),
         _guarded("model tokenizer", tokenizer),
         DoctorCheck("model chat template", True, "yes" if template else "none (generate with --raw)"),
@@ -78,6 +100,7 @@ def _folder_checks(folder: Path) -> list[DoctorCheck]:
     rows = [DoctorCheck("model", not missing, f"{folder} (checkpoint folder, {len(shards)} safetensors files)"
                         + (f"; it lacks {', '.join(missing)}" if missing else ""),
                         f"a checkpoint folder holds {CONFIG_FILE}, *.safetensors and {TOKENIZER_FILE}")]
+    found: list[tuple[Architecture, ModelConfig]] = []
 
     def config() -> DoctorCheck:
         where = str(folder / CONFIG_FILE)
@@ -88,6 +111,7 @@ def _folder_checks(folder: Path) -> list[DoctorCheck]:
         names = data.get("architectures") or []
         architecture = find_architecture(hf=[str(n) for n in names], where=where)
         cfg = architecture.model_class.config_from_hf(data, architecture.spec.name, where)
+        found.append((architecture, cfg))
         return DoctorCheck("model architecture", True, f"{architecture.spec.name} ({', '.join(names)}): "
                            f"{cfg.num_layers} layers, hidden {cfg.hidden_size}, {cfg.num_heads} heads")
 
@@ -100,6 +124,7 @@ def _folder_checks(folder: Path) -> list[DoctorCheck]:
 
     if files[CONFIG_FILE]:
         rows.append(_guarded("model architecture", config))
+        rows.extend(_caches(architecture.model_class, cfg) for architecture, cfg in found)
     if files[TOKENIZER_FILE]:
         rows.append(_guarded("model tokenizer", tokenizer))
     template = (folder / TOKENIZER_CONFIG_FILE).is_file() and "chat_template" in (

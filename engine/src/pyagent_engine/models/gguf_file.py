@@ -9,7 +9,9 @@ decodes); float tensors are read as float32, and any other block type is an
 names in ``gguf_permuted_heads`` are un-permuted: llama.cpp's converter reorders the rows of each head
 of Llama's ``attn_q`` and ``attn_k`` from Hugging Face's ``[first half, second half]`` (the pairs
 rotate-half RoPE rotates) to interleaved pairs ``(2i, 2i+1)``; reading it back restores Hugging
-Face's order.
+Face's order. Last, the plugin's ``gguf_restore`` turns the tensors the converter transformed,
+reshaped, split or stacked (Mamba's ``A``, squeezed convolutions, stacked experts) back into its
+Hugging Face weights.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ def read_gguf(path: Path, progress: ProgressCallback | None = None, registry: Re
             weights[name] = weight
         if progress is not None:
             progress(done, len(reader.tensors), tensor.name)
+    weights = model_class.gguf_restore(config, weights)  # tensors the converter transformed, split or stacked
     template = None
     if isinstance(metadata.get("tokenizer.chat_template"), str):
         tokens = metadata["tokenizer.ggml.tokens"]

@@ -79,7 +79,8 @@ def service_router(state: ServerState) -> APIRouter:
         engine = state.engine
         load = engine.load
         body = {"status": "draining" if engine.draining else "ok", "running": load.running, "waiting": load.waiting,
-                "kv_blocks_free": load.kv_blocks_free, "kv_blocks_total": load.kv_blocks_total}
+                "kv_blocks_free": load.kv_blocks_free, "kv_blocks_total": load.kv_blocks_total,
+                "state_slots_free": load.state_slots_free, "state_slots_total": load.state_slots_total}
         return JSONResponse(body, status_code=503 if engine.draining else 200)
 
     @router.get("/version", summary="Versions of the engine and the core.")

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from pyagent_core.interfaces.attention import AttentionBackend
+from pyagent_core.interfaces.mixer import MixerBackend
 from pyagent_engine.kv.manager import KVCacheManager
 from pyagent_engine.stages.records import ModelInputs, StepLogits
 
@@ -42,12 +43,16 @@ class Forward:
             indices (``lora_slots`` is passed only when a row uses a LoRA adapter).
         attention: the selected attention backend instance.
         kv: the KV manager, whose caches the model reads and writes.
+        mixer: the mixer backend, passed by keyword to a model that calls mixer families (``None``: the
+            model calls none).
     """
 
-    def __init__(self, model: Any, attention: AttentionBackend, kv: KVCacheManager) -> None:
+    def __init__(self, model: Any, attention: AttentionBackend, kv: KVCacheManager,
+                 mixer: MixerBackend | None = None) -> None:
         self.model = model
         self.attention = attention
         self.kv = kv
+        self.mixers = {} if mixer is None else {"mixer": mixer}
         self.threads = torch.get_num_threads()  # the kernels' threads, taken before any step narrows torch's
 
     def run(self, inputs: ModelInputs) -> StepLogits:
@@ -55,7 +60,8 @@ class Forward:
         lora = {} if inputs.lora_slots is None else {"lora_slots": inputs.lora_slots}
         with torch.inference_mode():
             logits = self.model.forward(inputs.input_ids, inputs.positions, self.kv.caches, inputs.metadata,
-                                        self.attention, inputs.logits_indices, threads=self.threads, **lora)
+                                        self.attention, inputs.logits_indices, threads=self.threads, **lora,
+                                        **self.mixers)
         num_sampled = inputs.rows.num_rows
         if not inputs.prompt:
             return StepLogits(inputs.rows, logits)

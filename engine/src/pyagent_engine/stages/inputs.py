@@ -1,8 +1,9 @@
 """Stage 2, prepare inputs: the scheduled chunks as the tensors of one forward.
 
 This is the one place where per-row model inputs are built: token ids, positions, cache slots
-(from the KV manager), block tables, sequence lengths, the draft-tree mask and the rows whose
-logits come back, and each row's LoRA slot (its request's, :attr:`Request.lora_slot`).
+(from the KV manager), block tables, sequence lengths, state slots (for a model with recurrent
+layers), the draft-tree mask and the rows whose logits come back, and each row's LoRA slot (its
+request's, :attr:`Request.lora_slot`).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class PrepareInputs:
             max_query_len=max(c.num_tokens for c in chunks),
             max_seq_len=max(seq_lens),
             tree_mask=tree_mask(chunks, max(c.num_tokens for c in chunks)),
+            state_slots=torch.tensor([self.kv.state_slot(c.request) for c in chunks], dtype=torch.int64)
+            if self.kv.num_slots else None,
         )
         indices = [i for rows in last_rows for i in rows]
         for _, _, token_indices in prompt:

@@ -5,9 +5,11 @@ transformers' ``model_type``, a tiny ``config`` (a few layers, hidden 64) and ho
 converter writes the architecture (:attr:`CheckpointKit.write_gguf`, with the ``gguf`` package's
 writer). Once per test class the kit builds transformers' own model of that config on random
 weights (every parameter and float buffer, seeded), saves it as a safetensors folder and as a float32
-GGUF file, and loads both into the plugin's class: the folder by ``config_from_hf`` and its
-safetensors, the GGUF file by ``config_from_gguf`` and the class's GGUF hooks (tensor names, rows
-permuted by the converter, offsets, :meth:`~pyagent_core.interfaces.model.CausalLM.gguf_restore`).
+GGUF file, each with the same placeholder vocabulary (:func:`placeholder_vocabulary`: printable
+characters, so a host can load either with its tokenizer), and loads both into the plugin's class:
+the folder by ``config_from_hf`` and its safetensors, the GGUF file by ``config_from_gguf`` and the
+class's GGUF hooks (tensor names, rows permuted by the converter, offsets,
+:meth:`~pyagent_core.interfaces.model.CausalLM.gguf_restore`).
 
 :class:`GreedyHost` runs them as an engine would, without one: it allocates the caches the class's
 :meth:`~pyagent_core.interfaces.model.CausalLM.cache_layout` declares (blocks and state slots
@@ -34,6 +36,7 @@ import numpy as np
 import pytest
 import torch
 from gguf.quants import dequantize
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from pyagent_core.interfaces.attention import AttentionBackend
 from pyagent_core.interfaces.mixer import MixerBackend, MixerContext
@@ -46,8 +49,30 @@ from pyagent_core.testing.model import metadata, random_weights
 from pyagent_core.testing.scaffolded import import_template
 from pyagent_core.types import ModelSpec
 
-#: The vocabulary of the kit's checkpoints (no tokenizer is needed: prompts are token ids).
+#: The vocabulary of the kit's checkpoints (prompts are token ids; the tokenizer is a placeholder).
 VOCAB_SIZE = 128
+
+
+#: Printable ASCII characters, which GPT-2's byte alphabet spells as themselves.
+PRINTABLE = [chr(c) for c in range(33, 127)]
+
+
+def placeholder_vocabulary(vocab_size: int) -> tuple[list[str], list[str]]:
+    """The kit's byte-level vocabulary of ``vocab_size`` (at most 188) tokens and its merges: the
+    printable ASCII characters, then each doubled (``"!!"``, merged from ``"! !"``)."""
+    doubles = PRINTABLE[:vocab_size - len(PRINTABLE)]
+    return [*PRINTABLE, *(c + c for c in doubles)][:vocab_size], [f"{c} {c}" for c in doubles]
+
+
+def placeholder_tokenizer(vocab_size: int) -> Tokenizer:
+    """A byte-level BPE tokenizer of :func:`placeholder_vocabulary`, as a GGUF file's vocabulary written
+    by :func:`gguf_writer` builds it (so text encodes and decodes alike from the folder and the file)."""
+    tokens, merges = placeholder_vocabulary(vocab_size)
+    tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)},
+                                     merges=[tuple(m.split(" ")) for m in merges]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
 
 
 def build_mixer(backend: Backend[Any], options: Mapping[str, Any], dtype: str, block_size: int) -> MixerBackend:
@@ -177,13 +202,17 @@ def gguf_name_map(arch: str, num_layers: int) -> gguf.TensorNameMap:
 
 
 def gguf_writer(path: Path, arch: str, config: Mapping[str, Any]) -> gguf.GGUFWriter:
-    """A writer of ``arch`` with what every converted file holds: name, block count, a vocabulary of
-    placeholder tokens (``config``'s ``vocab_size``) and the end-of-sequence token."""
+    """A writer of ``arch`` with what every converted file holds: name, block count, the byte-level
+    vocabulary of :func:`placeholder_vocabulary` (``config``'s ``vocab_size``) and the end-of-sequence token."""
     writer = gguf.GGUFWriter(path, arch=arch)
     writer.add_name("tiny " + arch)
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_tokenizer_model("gpt2")
-    writer.add_token_list([f"<t{i}>" for i in range(config["vocab_size"])])
+    writer.add_tokenizer_pre("gpt-2")
+    tokens, merges = placeholder_vocabulary(config["vocab_size"])
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(merges)
     writer.add_eos_token_id(config["eos_token_id"])
     return writer
 
@@ -258,7 +287,8 @@ class CheckpointKit:
     @pytest.fixture(scope="class")
     @classmethod
     def checkpoint_dir(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
-        """transformers' model on random weights (every parameter and float buffer), saved."""
+        """transformers' model on random weights (every parameter and float buffer), saved with the
+        placeholder tokenizer."""
         transformers = pytest.importorskip("transformers")
         hf_config = transformers.AutoConfig.for_model(cls.model_type, **cls.hf_settings())
         torch.manual_seed(0)
@@ -267,7 +297,13 @@ class CheckpointKit:
         model.load_state_dict(random_weights({name: tuple(t.shape) for name, t in state.items()}), strict=False)
         folder = tmp_path_factory.mktemp(cls.model_type)
         model.save_pretrained(folder, safe_serialization=True)
+        cls.save_tokenizer(folder)
         return folder
+
+    @classmethod
+    def save_tokenizer(cls, folder: Path) -> None:
+        """Write the checkpoint's tokenizer files into ``folder`` (the placeholder vocabulary's ``tokenizer.json``)."""
+        placeholder_tokenizer(VOCAB_SIZE).save(str(folder / "tokenizer.json"))
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -319,6 +355,10 @@ class CheckpointKit:
         host = GreedyHost(model, 1, len(prompt_ids) + self.greedy_tokens)
         tokens, _ = host.generate([prompt_ids], self.greedy_tokens, self.chunk)
         return tokens[0]
+
+    def test_the_spec_says_whether_the_layout_keeps_state(self, checkpoint_dir: Path) -> None:
+        """``ModelSpec.recurrent_state`` (what listings show without importing the model) is the layout's."""
+        assert self.spec.recurrent_state == self.impl.cache_layout(self.load_folder(checkpoint_dir).config).stateful
 
     def test_folder_logits_match_transformers(self, checkpoint_dir: Path, hf_model: Any,
                                               prompt_ids: list[int]) -> None:

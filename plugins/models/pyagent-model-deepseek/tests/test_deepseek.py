@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
+from pyagent_engine.testing.checkpoints import EngineCheckpointKit
 from pyagent_model_base.checkpoint_kit import (
-    CheckpointKit,
     finish_gguf,
     gguf_name_map,
     gguf_writer,
@@ -112,7 +112,7 @@ def write_deepseek_gguf(folder: Path, path: Path) -> None:
     finish_gguf(writer, tensors)
 
 
-class TestDeepseekV3Checkpoint(CheckpointKit):
+class TestDeepseekV3Checkpoint(EngineCheckpointKit):
     impl = DeepseekV3
     spec = DEEPSEEK_V3
     model_type = "deepseek_v3"

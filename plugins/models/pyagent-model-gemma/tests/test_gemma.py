@@ -90,6 +90,8 @@ class _GemmaCheckpoint(CheckpointConformance):
 
 
 class TestGemma2Checkpoint(_GemmaCheckpoint):
+    impl = Gemma2
+    spec = GEMMA2
     model_type = "gemma2"
     gguf_arch = "gemma2"
     config: ClassVar[dict[str, Any]] = {**GEMMA2_TINY, "tie_word_embeddings": True}
@@ -124,6 +126,8 @@ class TestGemma2Checkpoint(_GemmaCheckpoint):
 
 
 class TestGemma3Checkpoint(_GemmaCheckpoint):
+    impl = Gemma3
+    spec = GEMMA3
     model_type = "gemma3_text"
     gguf_arch = "gemma3"
     config: ClassVar[dict[str, Any]] = {**GEMMA3_TINY, "tie_word_embeddings": True}

@@ -13,8 +13,8 @@ import pytest
 from safetensors.torch import load_file
 
 from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
+from pyagent_engine.testing.checkpoints import EngineCheckpointKit
 from pyagent_model_base.checkpoint_kit import (
-    CheckpointKit,
     finish_gguf,
     gguf_name_map,
     gguf_writer,
@@ -112,7 +112,7 @@ def write_granite_gguf(folder: Path, path: Path) -> None:
     finish_gguf(writer, tensors)
 
 
-class TestGraniteHybridCheckpoint(CheckpointKit):
+class TestGraniteHybridCheckpoint(EngineCheckpointKit):
     impl = GraniteHybrid
     spec = GRANITE_HYBRID
     model_type = "granitemoehybrid"

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 from pyagent_core.errors import ModelFormatError
 from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_logits
-from pyagent_model_base.checkpoint_kit import CheckpointKit, finish_gguf, gguf_name_map, gguf_writer
+from pyagent_engine.testing.checkpoints import EngineCheckpointKit
+from pyagent_model_base.checkpoint_kit import finish_gguf, gguf_name_map, gguf_writer
 from pyagent_model_lfm2.model import Lfm2, feed_forward_width
 from pyagent_model_lfm2.plugin import LFM2
 
@@ -69,7 +70,7 @@ def write_lfm2_gguf(folder: Path, path: Path) -> None:
     finish_gguf(writer, tensors)
 
 
-class TestLfm2Checkpoint(CheckpointKit):
+class TestLfm2Checkpoint(EngineCheckpointKit):
     impl = Lfm2
     spec = LFM2
     model_type = "lfm2"

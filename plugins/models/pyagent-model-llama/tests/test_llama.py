@@ -31,6 +31,8 @@ class TestLlama(ModelConformance):
 
 
 class TestLlamaCheckpoint(CheckpointConformance):
+    impl = Llama
+    spec = SPEC
     model_type = "llama"
     gguf_arch = "llama"
     permute_qk = True
@@ -65,6 +67,8 @@ class TestMistral(ModelConformance):
 class TestMistralCheckpoint(CheckpointConformance):
     """A window of 6 positions: the chat prompt and the 32 greedy tokens run far past it."""
 
+    impl = Mistral
+    spec = MISTRAL
     model_type = "mistral"
     gguf_arch = "llama"
     permute_qk = True

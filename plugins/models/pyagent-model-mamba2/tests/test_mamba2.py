@@ -16,8 +16,8 @@ from pyagent_core.errors import ModelFormatError, UnsupportedModelError
 from pyagent_core.interfaces.mixer import MixerContext
 from pyagent_core.testing.mixer import ReferenceMixer
 from pyagent_core.testing.model import ModelConformance, transformers_logits
+from pyagent_engine.testing.checkpoints import EngineCheckpointKit
 from pyagent_model_base.checkpoint_kit import (
-    CheckpointKit,
     GreedyHost,
     finish_gguf,
     gguf_name_map,
@@ -68,7 +68,7 @@ def write_mamba2_gguf(folder: Path, path: Path, arch: str = "mamba2") -> None:
     finish_gguf(writer, tensors)
 
 
-class TestMamba2Checkpoint(CheckpointKit):
+class TestMamba2Checkpoint(EngineCheckpointKit):
     impl = Mamba2
     spec = MAMBA2
     model_type = "mamba2"

@@ -29,6 +29,8 @@ class TestPhi3(ModelConformance):
 
 
 class TestPhi3Checkpoint(CheckpointConformance):
+    impl = Phi3
+    spec = SPEC
     model_type = "phi3"
     gguf_arch = "phi3"
     config: ClassVar[dict[str, Any]] = {**TINY, "tie_word_embeddings": False}

@@ -41,12 +41,16 @@ class TestQwen3(ModelConformance):
 
 
 class TestQwen2Checkpoint(CheckpointConformance):
+    impl = Qwen2
+    spec = QWEN2
     model_type = "qwen2"
     gguf_arch = "qwen2"
     config: ClassVar[dict[str, Any]] = {**TINY, "tie_word_embeddings": True}
 
 
 class TestQwen3Checkpoint(CheckpointConformance):
+    impl = Qwen3
+    spec = QWEN3
     model_type = "qwen3"
     gguf_arch = "qwen3"
     config: ClassVar[dict[str, Any]] = {**TINY_QWEN3, "tie_word_embeddings": False}

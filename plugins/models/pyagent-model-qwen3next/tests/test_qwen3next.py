@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from pyagent_core.errors import UnsupportedModelError
 from pyagent_core.testing.model import VARIANT_CHECKS, ModelConformance, transformers_checkpoint_logits
+from pyagent_engine.testing.checkpoints import EngineCheckpointKit
 from pyagent_model_base.checkpoint_kit import (
-    CheckpointKit,
     finish_gguf,
     gguf_name_map,
     gguf_writer,
@@ -117,7 +117,7 @@ def write_qwen3next_gguf(folder: Path, path: Path) -> None:
     finish_gguf(writer, tensors)
 
 
-class TestQwen3NextCheckpoint(CheckpointKit):
+class TestQwen3NextCheckpoint(EngineCheckpointKit):
     impl = Qwen3Next
     spec = QWEN3NEXT
     model_type = "qwen3_next"

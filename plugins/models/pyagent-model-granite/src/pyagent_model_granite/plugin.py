@@ -10,6 +10,7 @@ GRANITE_HYBRID = ModelSpec(
             "a shared MLP, Granite's embedding, attention, residual and logit multipliers.",
     architectures=("GraniteMoeHybridForCausalLM",),
     gguf_architectures=("granitehybrid",),
+    recurrent_state=True,
     requires=("torch",),
     install_hint=checkout_install_hint("pyagent-model-granite", "plugins/models/pyagent-model-granite"),
 )

@@ -10,6 +10,7 @@ LFM2 = ModelSpec(
             "SwiGLU feed-forward.",
     architectures=("Lfm2ForCausalLM",),
     gguf_architectures=("lfm2",),
+    recurrent_state=True,
     requires=("torch",),
     install_hint=checkout_install_hint("pyagent-model-lfm2", "plugins/models/pyagent-model-lfm2"),
 )

@@ -9,6 +9,7 @@ MAMBA2 = ModelSpec(
     summary="Mamba2: every layer a selective state-space mixer (convolution, SSD scan, gated norm), no attention.",
     architectures=("Mamba2ForCausalLM",),
     gguf_architectures=("mamba2",),
+    recurrent_state=True,
     requires=("torch",),
     install_hint=checkout_install_hint("pyagent-model-mamba2", "plugins/models/pyagent-model-mamba2"),
 )

@@ -10,6 +10,7 @@ QWEN3NEXT = ModelSpec(
             "with a gated shared expert, 1 + w norms.",
     architectures=("Qwen3NextForCausalLM",),
     gguf_architectures=("qwen3next",),
+    recurrent_state=True,
     requires=("torch",),
     install_hint=checkout_install_hint("pyagent-model-qwen3next", "plugins/models/pyagent-model-qwen3next"),
 )
