@@ -27,7 +27,8 @@ from pyagent_engine.models.checkpoint import Checkpoint, write_checkpoint
 CACHE_DIR_ENV = "PYAGENT_CACHE_DIR"
 HEADER_BYTES = 1 << 20
 #: Changes when the layout of an entry changes, so older entries are not read.
-FORMAT_VERSION = 4  # 3: K-quant, Q5_0 and Q5_1 matrices kept in blocks; 4: the GGUF blocks themselves
+FORMAT_VERSION = 5  # 3: K-quant, Q5_0 and Q5_1 matrices kept in blocks; 4: the GGUF blocks themselves;
+# 5: weights the GGUF converter transformed restored by the model plugin (gguf_restore)
 LOCK_SUFFIX = ".lock"
 STAGING_SUFFIX = ".staging"
 
