@@ -63,17 +63,6 @@ def write_gguf(folder: Path) -> Path:
     return path
 
 
-def cpu_flags() -> list[str]:
-    """The SIMD flags of /proc/cpuinfo that the kernels and llama.cpp may use."""
-    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni",
-              "amx_tile", "amx_int8", "amx_bf16")
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            present = set(line.split(":", 1)[1].split())
-            return [flag for flag in wanted if flag in present]
-    return []
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("llama_bench", type=Path)
@@ -92,7 +81,7 @@ def main() -> None:
             gguf = quantized
         report: dict[str, Any] = {"model": {**SIZE, "gguf_bytes": gguf.stat().st_size,
                                             "type": args.quantize or "F32"},
-                                  "host": {**host_info(), "flags": cpu_flags()}, "threads": args.threads}
+                                  "host": host_info(), "threads": args.threads}
         peer, reason = run_llama_bench(settings, gguf)
         report["llama.cpp"] = peer if peer is not None else {"unavailable": reason}
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))

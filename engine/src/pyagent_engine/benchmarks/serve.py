@@ -374,19 +374,27 @@ def _gguf_for_llama(targets: ServeTargets) -> Path:
     return gguf
 
 
+#: The SIMD flags of ``/proc/cpuinfo`` that the kernels and llama.cpp may use, reported beside every figure.
+SIMD_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni",
+              "amx_tile", "amx_int8", "amx_bf16")
+
+
 def host_info() -> dict[str, Any]:
-    """The machine the run measured: CPU model, logical CPUs, load average, OS, Python."""
+    """The machine the run measured: CPU model and its :data:`SIMD_FLAGS`, logical CPUs, load average, OS,
+    Python."""
     cpu = platform.processor()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    model = next((line for line in lines if line.startswith("model name")), None)
+    if model is not None:
+        cpu = model.split(":", 1)[1].strip()
+    present = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
+    flags = [flag for flag in SIMD_FLAGS if flag in present]
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "load_average": load, "platform": platform.platform(),
-            "python": platform.python_version()}
+    return {"cpu": cpu, "flags": flags, "logical_cpus": os.cpu_count(), "load_average": load,
+            "platform": platform.platform(), "python": platform.python_version()}
 
 
 def _ratio(numerator: dict[str, Any] | None, denominator: dict[str, Any] | None, key: str,
