@@ -133,9 +133,7 @@ class AsyncEngine:
         self._inbox: list[Callable[[], None]] = []
         self._active: dict[Session, Generation] = {}
         self._queued = 0  # requests handed to the thread, not yet added
-        slots = llm.engine.kv.num_slots
-        self._load = EngineLoad(kv_blocks_total=llm.engine.num_blocks, kv_blocks_free=llm.engine.num_blocks,
-                                state_slots_total=slots, state_slots_free=slots)
+        self._measure(llm.engine)  # nothing runs yet: every block and state slot is free
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="pyagent-engine", daemon=True)
 
