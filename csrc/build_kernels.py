@@ -14,8 +14,8 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-HEADERS = ("common.h", "grammar.h", "sampling.h", "attention.h", "spec_decode.h", "linear.h",
-           "penalties.h", "gumbel.h", "layer_ops.h", "linear_int8.h", "lora.h", "mixers.h", "profile.h", "program.h")
+HEADERS = ("common.h", "grammar.h", "sampling.h", "attention.h", "spec_decode.h", "linear.h", "penalties.h",
+           "gumbel.h", "greedy.h", "layer_ops.h", "linear_int8.h", "lora.h", "mixers.h", "profile.h", "program.h")
 
 # Portable code generation: no -march; the x86 variants are compiled per function through
 # `#pragma GCC target` and chosen at run time (see kernels/common/variant.h).

@@ -72,6 +72,19 @@ def test_a_greedy_tie_takes_the_lowest_token_id() -> None:
     assert host.greedy_rows([Req({"temperature": 0})], logits) == [12]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "all -inf"])
+def test_a_greedy_row_without_a_choice_is_named(bad: float | str) -> None:
+    """Through the C kernel when built (which refuses the row) and torch alike: the host's message."""
+    host = SamplerHost(get_registry(), VOCAB, "top_k", describe=describe)
+    logits = torch.zeros(2, VOCAB)
+    if bad == "all -inf":
+        logits[1] = float("-inf")
+    else:
+        logits[1, 5] = bad
+    with pytest.raises(ValueError, match=r"greedy selection: cannot choose a token in rows \[1\]"):
+        host.greedy_rows([Req({"temperature": 0}), Req({"temperature": 0})], logits)
+
+
 def test_seeded_multinomial_draws_the_exponential_race_of_its_own_seed() -> None:
     """The default selector (multinomial) through the host, against the race restated here: token =
     argmax(softmax / Exp(1)) with the noise drawn from a generator seeded with the request's seed."""

@@ -19,6 +19,8 @@ Its API, for the engine's step (and any host built the same way):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -36,10 +38,27 @@ R = TypeVar("R")
 GREEDY_OWNER = "greedy selection"
 
 
+@functools.cache
+def _greedy_kernel() -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``pyagent_kernels.greedy.greedy_select`` on its C kernel when the compiled kernels are
+    importable, else None."""
+    try:
+        import pyagent_kernels
+        from pyagent_kernels.greedy import greedy_select
+    except ImportError:
+        return None
+    return functools.partial(greedy_select, backend="c") if pyagent_kernels.status()["compiled"] else None
+
+
 def greedy_tokens(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """The ``int64`` argmax of every row, the lowest token id among equal maxima (``torch.max``
-    returns the first maximal index); raises ``ValueError`` for a row without a finite logit."""
+    """The ``int64`` argmax of every row, the lowest token id among equal maxima (the C kernel of
+    ``pyagent_kernels.greedy`` for contiguous float32 rows when it is built, else ``torch.max``, which
+    returns the first maximal index too); raises ``ValueError`` for a row without a finite logit."""
     check_logits(logits, vocab_size, GREEDY_OWNER)
+    kernel = _greedy_kernel()
+    if kernel is not None and logits.dtype == torch.float32 and logits.is_contiguous():
+        with contextlib.suppress(ValueError):  # a row it cannot choose in: worded below
+            return kernel(logits)
     row_max, token_ids = logits.max(dim=1)
     check_selectable(row_max, GREEDY_OWNER)
     return token_ids
