@@ -237,6 +237,8 @@ class QuantizedWeight:
         if len(self._gguf) > 1:
             return self.dequantize(dtype)[index]
         fmt, blocks = self._gguf[0]
+        if FORMATS[fmt].gguf_weights == BLOCK_SIZE:
+            return _gguf_rows32(blocks[index], fmt).to(dtype)
         layout = FORMATS[fmt].layout
         return _dequantize(_layout_rows(blocks[index], fmt, layout, self.in_features), layout).to(dtype)
 
@@ -399,6 +401,29 @@ def _pack(blocks: _Blocks, layout: int) -> torch.Tensor:
         low = unsigned & 0xF
         parts.append(low[..., :16] | (low[..., 16:] << 4))
     return torch.cat(parts, dim=-1)
+
+
+def _gguf_rows32(rows: torch.Tensor, fmt: str) -> torch.Tensor:
+    """float32 ``[rows, in]`` of GGUF rows of a 32-weight format, read from the file's blocks in place:
+    the values (and bits) of :func:`_dequantize` on their kernel layout, in a few torch operations
+    (an embedding lookup runs this every step)."""
+    spec, layout = FORMATS[fmt], _LAYOUTS[FORMATS[fmt].layout]
+    blocks = rows.reshape(rows.shape[0], -1, spec.gguf_bytes)
+    head = 4 if layout.has_min else 2
+    scales = blocks[..., :head].view(torch.float16).float()
+    if layout.bits == 8:
+        codes = blocks[..., head:].view(torch.int8).float()
+    else:
+        packed = blocks[..., -16:]
+        nibbles = torch.cat((packed & 0xF, packed >> 4), dim=-1).to(torch.int16)
+        if layout.bits == 5:
+            high = blocks[..., head : head + 4].unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)
+            nibbles |= (high & 1).reshape(nibbles.shape).to(torch.int16) << 4
+        codes = (nibbles + layout.low).float()
+    values = codes * scales[..., :1]
+    if layout.has_min:
+        values = values + scales[..., 1:]
+    return values.reshape(rows.shape[0], -1)
 
 
 def _dequantize(packed: torch.Tensor, layout: int) -> torch.Tensor:
