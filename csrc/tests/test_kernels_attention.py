@@ -11,8 +11,9 @@ import torch
 
 import pyagent_kernels
 from pyagent_core.testing.attention import TOLERANCES, Batch, Shape, make_batch, reference_attention
-from pyagent_kernels import Backend, KernelArgumentError
-from pyagent_kernels.attention import paged_attention
+from pyagent_kernels import Backend, KernelArgumentError, run_prepared
+from pyagent_kernels.attention import PagedBatch, PagedLayout, paged_attention, prepare_paged_attention
+from pyagent_kernels.program import Program
 
 COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
@@ -223,3 +224,59 @@ def test_bad_arguments(what: str, change: dict[str, Any], message: str) -> None:
         kwargs[key] = edits[value](kwargs[key]) if isinstance(value, str) and key not in ("backend",) else value
     with pytest.raises(KernelArgumentError, match=message):
         paged_attention(**kwargs)
+
+
+def layout_of(batch: Batch) -> PagedLayout:
+    md = batch.metadata
+    return PagedLayout(block_tables=md.block_tables, slot_mapping=md.slot_mapping, seq_lens=md.seq_lens,
+                       query_start_loc=md.query_start_loc, tree_mask=md.tree_mask)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prepared_call_reads_each_bound_layout(backend: Backend) -> None:
+    """One call on fixed buffers, bound to steps of different layouts (decode batch, prefill, tree),
+    alone and inside a program: each run writes paged_attention's output and cache."""
+    shapes = [(Shape((5, 16, 33, 9), (1, 1, 1, 1)), False), (Shape((6,), (4,)), False), (Shape((4,), (4,)), True)]
+    config = dict(block_size=4, num_heads=8, num_kv_heads=2, head_size=64, dtype=torch.float32)
+    batches = [make_batch(shape, seed=i, tree=tree, num_blocks=40, **config) for i, (shape, tree) in enumerate(shapes)]
+    first = batches[0]
+    q, k, v, cache = (torch.zeros_like(t) for t in (first.q, first.k, first.v, first.kv_cache))
+    out, bound = torch.zeros_like(q), PagedBatch()
+    call = prepare_paged_attention(q, k, v, out, cache, bound, scale=first.scale, window=3, soft_cap=2.0,
+                                   backend=backend)
+    program = Program([call])
+    for index, batch in enumerate(batches * 2):
+        batch = attrs.evolve(batch, sliding_windows=(3,), soft_cap=2.0)
+        want, want_cache = run(batch, backend)
+        for buffer, values in ((q, batch.q), (k, batch.k), (v, batch.v), (cache, batch.kv_cache)):
+            buffer.copy_(values)
+        bound.bind(layout_of(batch))
+        if index < len(batches):
+            run_prepared([call])
+        else:
+            program.run()
+        assert torch.equal(out, want) and torch.equal(cache, want_cache), (index, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prepared_call_refuses_what_does_not_fit(backend: Backend) -> None:
+    config = dict(block_size=4, num_heads=4, num_kv_heads=2, head_size=16, dtype=torch.float32)
+    batch = make_batch(Shape((5, 3), (1, 1)), seed=0, num_blocks=8, **config)
+    out, bound = torch.zeros_like(batch.q), PagedBatch()
+    with pytest.raises(KernelArgumentError, match="out has shape"):
+        prepare_paged_attention(batch.q, batch.k, batch.v, out[:1], batch.kv_cache, bound, scale=1.0, backend=backend)
+    with pytest.raises(KernelArgumentError, match="shares memory"):
+        prepare_paged_attention(batch.q, batch.k, batch.v, batch.q, batch.kv_cache, bound, scale=1.0, backend=backend)
+    call = prepare_paged_attention(batch.q, batch.k, batch.v, out, batch.kv_cache, bound, scale=1.0, backend=backend)
+    with pytest.raises(KernelArgumentError, match="no batch layout is bound"):
+        run_prepared([call])
+    bound.bind(layout_of(make_batch(Shape((5,), (1,)), seed=1, num_blocks=8, **config)))
+    with pytest.raises(KernelArgumentError, match="has 1 new tokens, but this call was prepared for 2"):
+        Program([call]).run()
+    md = batch.metadata
+    bad = attrs.evolve(md, block_tables=torch.full_like(md.block_tables, 99))
+    bound.bind(layout_of(attrs.evolve(batch, metadata=bad)))
+    cache = batch.kv_cache.clone()
+    with pytest.raises(KernelArgumentError, match="block_tables row 0 names a block outside"):
+        Program([call]).run()
+    assert torch.equal(batch.kv_cache, cache), "a refused call wrote into the cache"

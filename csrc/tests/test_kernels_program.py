@@ -76,7 +76,7 @@ def test_a_program_gives_the_bits_of_the_calls_one_by_one(c_isa: str, dtype: tor
     reference_calls, reference = layer(dtype, weights, "c", seed=7)
     program = Program(calls)
     # norm + q/k/v + rope in one call into C, the torch step, then gate/up + silu + down in one
-    assert [kernel for _, _, kernel in program.steps] == ["add_rms_norm+linear+rope_split", "scale_v",
+    assert [step.kernel for step in program.steps] == ["add_rms_norm+linear+rope_split", "scale_v",
                                                          "linear+silu_mul"]
     for _ in range(2):  # a second run reads the buffers' new values, as the calls one by one do
         program.run()

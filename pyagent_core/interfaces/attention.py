@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -321,3 +321,52 @@ class AttentionBackend(ABC):
         scores capped by ``context.logits_soft_cap`` (module docstring); the output has ``q``'s
         dtype.
         """
+
+    def prepare(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        kv_cache: torch.Tensor,
+        layer: int,
+    ) -> PreparedAttention | None:
+        """Optional: :meth:`forward` of ``layer`` on these fixed buffers as a prepared call, for a host
+        that runs the same layers on the same buffers step after step (a decode plan).
+
+        Each time the call runs it does what ``out.copy_(forward(q, k, v, kv_cache, metadata, layer))``
+        does, with the tensors' current values and the ``metadata`` last given to :meth:`begin_step`
+        (the same values: hosts may switch between the two paths at any step). ``out`` has ``q``'s
+        shape and dtype; the buffers keep their storage while the call is in use. Returns ``None``
+        (the default) when the backend has no such call; the host then calls :meth:`forward`.
+        Shape and dtype problems raise ``ValueError`` here, once.
+        """
+        return None
+
+    def begin_step(self, metadata: AttentionMetadata) -> None:  # noqa: B027 - optional hook
+        """Called by a host that runs :meth:`prepare`'s calls, once per step before they run, with the
+        step's batch layout (its tensors stay unchanged until the step's calls have run). Raises
+        ``ValueError`` naming the field when the metadata breaks the layout."""
+
+
+class PreparedAttention(Protocol):
+    """What :meth:`AttentionBackend.prepare` returns: ``function(*arguments)`` runs the call and
+    returns 0, or a non-zero status for which ``explain(status)`` (when not ``None``) raises the
+    specific error. ``pyagent_kernels.PreparedCall`` is one: a host may then run it inside a kernel
+    program (``pyagent_kernels.program.Program``), with no Python between the layers' calls."""
+
+    @property
+    def function(self) -> Callable[..., int]:
+        """The callable that runs the call."""
+
+    @property
+    def arguments(self) -> tuple[Any, ...]:
+        """Its arguments."""
+
+    @property
+    def kernel(self) -> str:
+        """Its name, for errors and profiles."""
+
+    @property
+    def explain(self) -> Callable[[int], None] | None:
+        """Raises the error of a failing status, or ``None``."""

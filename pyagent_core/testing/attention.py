@@ -9,8 +9,10 @@ the context (the visible positions listed one by one, :func:`visible_positions`)
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -103,16 +105,18 @@ def make_batch(
     dtype: torch.dtype,
     seed: int,
     tree: bool = False,
+    num_blocks: int = 0,
 ) -> Batch:
     """Build a random batch of ``shape`` over shuffled, non-contiguous cache blocks.
 
     The cache holds random keys/values for the context; block-table padding points at valid blocks
-    of other sequences, so a backend that reads past a sequence's end gets wrong numbers.
+    of other sequences, so a backend that reads past a sequence's end gets wrong numbers. The cache
+    has ``num_blocks`` blocks, or more when the batch needs them.
     """
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [c + q for c, q in zip(shape.context_lens, shape.query_lens, strict=True)]
     blocks_needed = [math.ceil(n / block_size) for n in seq_lens]
-    num_blocks = sum(blocks_needed) + 2
+    num_blocks = max(num_blocks, sum(blocks_needed) + 2)
     order = torch.randperm(num_blocks, generator=gen).tolist()
     max_blocks = max(blocks_needed)
     tables, slots, start = [], [], 0
@@ -233,6 +237,20 @@ def _shapes_tree(bs: int) -> list[Shape]:
 def _shapes_prefix_hit(bs: int) -> list[Shape]:
     """Prefills after whole cached blocks (a prefix-cache hit) and after a partial one (chunked)."""
     return [Shape((2 * bs, 3 * bs + 2), (bs + 5, 9))]
+
+
+def _shapes_of_four_tokens(spec: AttentionSpec, bs: int) -> list[tuple[Shape, bool]]:
+    """Steps of four new tokens each, in every layout the spec handles: ``(shape, tree)``."""
+    shapes = []
+    if spec.decode:
+        shapes.append((Shape((5, bs, 33, 3 * bs + 1), (1, 1, 1, 1)), False))
+    if spec.prefill:
+        shapes.append((Shape((bs + 2,), (4,)), False))
+    if spec.prefill and spec.decode:
+        shapes.append((Shape((0, 2 * bs - 1), (3, 1)), False))
+    if spec.tree_mask:
+        shapes.append((Shape((bs,), (4,)), True))
+    return shapes
 
 
 def _windows(bs: int) -> tuple[int, ...]:
@@ -388,6 +406,52 @@ class AttentionConformance(BackendConformance):
         self._require("sliding_window")
         self._require("tree_mask")
         self.run_shapes(_shapes_tree, tree=True, windowed=True, soft_cap=SOFT_CAP)
+
+    def test_prepared_calls_match_forward(self) -> None:
+        """A backend that prepares calls (:meth:`AttentionBackend.prepare`): one call per layer on fixed
+        buffers, run after :meth:`~AttentionBackend.begin_step` over steps of different layouts, writes
+        what ``forward`` returns and changes the cache as ``forward`` does, at every layer's window and
+        the cap; a step of another token count fails instead of running; the calls do not keep the
+        backend alive (hosts keep them per backend)."""
+        for seed, config in enumerate(self.configurations()):
+            bs, dtype = config["block_size"], config["dtype"]
+            window = _windows(bs)[seed % len(_windows(bs))] if self.spec.sliding_window else None
+            cap = SOFT_CAP if self.spec.logits_soft_cap else None
+            first = make_batch(Shape((1,), (1,)), seed=seed, **config)
+            layers = (None, window) if window is not None else (None,)
+            backend = self.make_backend(attrs.evolve(first, sliding_windows=layers, soft_cap=cap).context())
+            num_blocks = 96
+            cache = torch.zeros(2, num_blocks, bs, config["num_kv_heads"], config["head_size"], dtype=dtype)
+            q = torch.zeros(4, config["num_heads"], config["head_size"], dtype=dtype)
+            k = torch.zeros(4, config["num_kv_heads"], config["head_size"], dtype=dtype)
+            v, out = torch.zeros_like(k), torch.zeros_like(q)
+            calls = [backend.prepare(q, k, v, out, cache, layer) for layer in range(len(layers))]
+            if any(call is None for call in calls):
+                assert all(call is None for call in calls), "prepare returned a call for some layers only"
+                pytest.skip("the backend prepares no calls (hosts call forward)")
+            for shape, tree in _shapes_of_four_tokens(self.spec, bs):
+                batch = make_batch(shape, seed=seed, tree=tree, num_blocks=num_blocks, **config)
+                for layer, call in enumerate(calls):
+                    label = f"{shape} tree={tree} layer {layer} (window {layers[layer]}) {config}"
+                    expected_cache = batch.kv_cache.clone()
+                    want = backend.forward(batch.q, batch.k, batch.v, expected_cache, batch.metadata, layer)
+                    for buffer, values in ((q, batch.q), (k, batch.k), (v, batch.v), (cache, batch.kv_cache)):
+                        buffer.copy_(values)
+                    backend.begin_step(batch.metadata)
+                    assert call is not None and call.function(*call.arguments) == 0, f"{label}: the call failed"
+                    assert torch.equal(out, want), f"{label}: the prepared call wrote other values than forward"
+                    assert torch.equal(cache, expected_cache), f"{label}: the cache differs from forward's"
+            if self.spec.decode:
+                other = make_batch(Shape((3,), (1,)), seed=seed, num_blocks=num_blocks, **config)
+                backend.begin_step(other.metadata)
+                call = calls[0]
+                assert call is not None and call.function(*call.arguments) != 0, (
+                    "a call prepared for 4 tokens ran on a step of 1 token"
+                )
+            alive = weakref.ref(backend)
+            del backend
+            gc.collect()
+            assert alive() is None, "the prepared calls keep the backend alive; hosts keep them per backend"
 
     def test_rejects_mismatched_inputs(self) -> None:
         config = next(self.configurations())

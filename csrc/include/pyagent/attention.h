@@ -54,4 +54,37 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
                         const uint8_t *tree_mask, int64_t tree_width, float scale, int64_t window,
                         float soft_cap, int num_threads, int64_t *err_index);
 
+/* A prepared call (pyagent/program.h runs these among other ops): one layer's tensors and constants,
+ * fixed when prepared, and the step's batch layout, which the host rewrites before each step. */
+typedef struct {
+    const int32_t *block_tables;
+    int64_t max_blocks;
+    const int64_t *slot_mapping;
+    int64_t num_tokens;
+    const int32_t *seq_lens;
+    const int32_t *query_start_loc;
+    int64_t num_seqs;
+    const uint8_t *tree_mask;
+    int64_t tree_width;
+    int64_t err_index; /* written by a call that fails, as pak_paged_attention's *err_index */
+} pak_attn_batch;
+
+typedef struct {
+    void *out;
+    const void *q, *k, *v;
+    void *kv_cache;
+    int dtype;
+    int64_t num_tokens, num_heads, num_kv_heads, head_size, num_blocks, block_size;
+    float scale;
+    int64_t window;
+    float soft_cap;
+    int num_threads;
+    pak_attn_batch *batch;
+} pak_attn_call;
+
+/* pak_paged_attention with call's tensors and constants and its batch's layout. PAK_EPARAM (with
+ * batch->err_index = -1) when the batch does not hold call->num_tokens new tokens (the rows of q, k, v
+ * and out); otherwise pak_paged_attention's status. */
+int pak_paged_attention_call(const pak_attn_call *call);
+
 #endif

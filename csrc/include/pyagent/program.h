@@ -16,6 +16,7 @@
  *   PAK_OP_ADD_RMS_NORM         hidden, delta, weight, out      dtype, rows, dim            (f: eps)
  *   PAK_OP_ROPE_SPLIT           qkv, cos, sin, q, k, v          dtype, tokens, heads, kv_heads, dim
  *   PAK_OP_SILU_MUL             gate_up, out                    dtype, tokens, inter
+ *   PAK_OP_PAGED_ATTENTION      call (a pak_attn_call *, pyagent/attention.h)
  */
 #ifndef PYAGENT_PROGRAM_H
 #define PYAGENT_PROGRAM_H
@@ -30,7 +31,8 @@ enum pak_op_kind {
     PAK_OP_LINEAR_INT8 = 5,
     PAK_OP_ADD_RMS_NORM = 6,
     PAK_OP_ROPE_SPLIT = 7,
-    PAK_OP_SILU_MUL = 8
+    PAK_OP_SILU_MUL = 8,
+    PAK_OP_PAGED_ATTENTION = 9
 };
 
 typedef struct {

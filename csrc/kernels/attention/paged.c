@@ -275,3 +275,20 @@ int pak_paged_attention(void *out, const void *q, const void *k, const void *v, 
     free(tree_pos);
     return pak_profile_return(PAK_PROFILE_ATTENTION, started, PAK_OK);
 }
+
+int pak_paged_attention_call(const pak_attn_call *call)
+{
+    if (!call || !call->batch)
+        return PAK_EINVAL;
+    pak_attn_batch *batch = call->batch;
+    if (batch->num_tokens != call->num_tokens) {
+        batch->err_index = -1;
+        return PAK_EPARAM;
+    }
+    return pak_paged_attention(call->out, call->q, call->k, call->v, call->kv_cache, call->dtype, call->num_tokens,
+                               call->num_heads, call->num_kv_heads, call->head_size, call->num_blocks,
+                               call->block_size, batch->block_tables, batch->max_blocks, batch->slot_mapping,
+                               batch->seq_lens, batch->query_start_loc, batch->num_seqs, batch->tree_mask,
+                               batch->tree_width, call->scale, call->window, call->soft_cap, call->num_threads,
+                               &batch->err_index);
+}

@@ -2,6 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pyagent/attention.h"
 #include "pyagent/common.h"
 #include "pyagent/layer_ops.h"
 #include "pyagent/linear.h"
@@ -29,6 +30,8 @@ static int run_op(const pak_op *op)
         return pak_rope_split(p[0], p[1], p[2], p[3], p[4], p[5], (int)n[0], n[1], n[2], n[3], n[4]);
     case PAK_OP_SILU_MUL:
         return pak_silu_mul(p[0], p[1], (int)n[0], n[1], n[2]);
+    case PAK_OP_PAGED_ATTENTION:
+        return pak_paged_attention_call(p[0]);
     default:
         return PAK_EINVAL;
     }

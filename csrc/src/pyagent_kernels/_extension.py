@@ -121,13 +121,16 @@ class PreparedCall(NamedTuple):
 
     ``function(*arguments)`` returns the C kernel's status (the torch fallback's closure returns 0);
     ``tensors`` keeps alive the tensors whose pointers ``arguments`` holds. The tensors must keep
-    their storage (no ``resize_`` or ``set_``) while the call is in use.
+    their storage (no ``resize_`` or ``set_``) while the call is in use. ``explain``, when set, is
+    given a failing status first and raises the specific error (what was wrong with which input);
+    otherwise, or when it returns, :func:`check_status` raises the generic one.
     """
 
     function: Callable[..., int]
     arguments: tuple[Any, ...]
     kernel: str
     tensors: tuple[Any, ...]
+    explain: Callable[[int], None] | None = None
 
 
 def run_call(function: Callable[..., int], arguments: tuple[Any, ...], kernel: str) -> None:
@@ -137,10 +140,20 @@ def run_call(function: Callable[..., int], arguments: tuple[Any, ...], kernel: s
         check_status(rc, kernel)
 
 
+def failed(call: PreparedCall, rc: int) -> None:
+    """Raise the error of ``call`` having returned the failing status ``rc``: its own explanation's,
+    else :func:`check_status`'s."""
+    if call.explain is not None:
+        call.explain(rc)
+    check_status(rc, call.kernel)
+
+
 def run_prepared(calls: Iterable[PreparedCall]) -> None:
-    """Run prepared calls in order; KernelError if a C kernel fails."""
-    for function, arguments, kernel, _ in calls:
-        run_call(function, arguments, kernel)
+    """Run prepared calls in order; KernelError (or the call's own explanation) if a C kernel fails."""
+    for call in calls:
+        rc = call.function(*call.arguments)
+        if rc:
+            failed(call, rc)
 
 
 def torch_call(kernel: str, compute: Callable[[], Any], outs: tuple[Any, ...],

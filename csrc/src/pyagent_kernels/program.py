@@ -13,7 +13,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pyagent_kernels import _extension
@@ -29,6 +29,7 @@ OP_KINDS = {
     "pak_add_rms_norm": "PAK_OP_ADD_RMS_NORM",
     "pak_rope_split": "PAK_OP_ROPE_SPLIT",
     "pak_silu_mul": "PAK_OP_SILU_MUL",
+    "pak_paged_attention_call": "PAK_OP_PAGED_ATTENTION",
 }
 
 
@@ -65,8 +66,8 @@ class Program:
 
     def __init__(self, calls: Sequence[PreparedCall]) -> None:
         self.calls = tuple(calls)
-        #: What :meth:`run` does: ``(function, arguments, kernel)`` per step, as :func:`run_call` takes it.
-        self.steps: list[tuple[Callable[..., int], tuple[Any, ...], str]] = []
+        #: What :meth:`run` does, in order: the calls run from Python, and one call per batch of C calls.
+        self.steps: list[PreparedCall] = []
         ext = _extension.load()
         kinds = [None if ext.lib is None else _op_kind(ext.lib, call) for call in self.calls]
         start = 0
@@ -78,12 +79,11 @@ class Program:
                 self.steps.append(self._batch(ext, self.calls[start:end], kinds[start:end]))
                 start = end
             else:
-                call = self.calls[start]
-                self.steps.append((call.function, call.arguments, call.kernel))
+                self.steps.append(self.calls[start])
                 start += 1
 
     def _batch(self, ext: _extension.Extension, calls: Sequence[PreparedCall],
-               kinds: Sequence[int | None]) -> tuple[Callable[..., int], tuple[Any, ...], str]:
+               kinds: Sequence[int | None]) -> PreparedCall:
         """One step running ``calls`` (known C calls) through ``pak_run_ops``."""
         ffi, lib = ext.ffi, ext.lib
         ops = ffi.new("pak_op[]", len(calls))
@@ -91,17 +91,19 @@ class Program:
             assert kind is not None
             _fill(ffi, op, kind, call.arguments)
         failed = ffi.new("int64_t *")
-        names = [call.kernel for call in calls]
 
         def run() -> int:
-            rc: int = lib.pak_run_ops(ops, len(names), failed)
+            rc: int = lib.pak_run_ops(ops, len(calls), failed)
             if rc:
-                _extension.check_status(rc, names[failed[0]])
+                _extension.failed(calls[failed[0]], rc)
             return 0
 
-        return run, (), "+".join(dict.fromkeys(names))
+        return PreparedCall(run, (), "+".join(dict.fromkeys(call.kernel for call in calls)), ())
 
     def run(self) -> None:
-        """Make every call once, in order; KernelError if a C kernel fails (naming that kernel)."""
-        for function, arguments, kernel in self.steps:
-            _extension.run_call(function, arguments, kernel)
+        """Make every call once, in order; KernelError (or the failing call's own explanation) if a
+        C kernel fails, naming that kernel."""
+        for call in self.steps:
+            rc = call.function(*call.arguments)
+            if rc:
+                _extension.failed(call, rc)

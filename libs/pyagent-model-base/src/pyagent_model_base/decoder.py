@@ -469,6 +469,21 @@ class DecoderLM(CausalLM):
             hidden.copy_(self.embed_tokens.rows(input_ids, self.dtype))
         else:
             torch.index_select(self.embed_tokens, 0, input_ids, out=hidden)
+        program = plan.step_program(attention, kv_caches) if plan.calls else None
+        if program is not None:
+            attention.begin_step(metadata)
+            program.run()
+        else:
+            self._run_layers(plan, kv_caches, metadata, attention)
+        if plan.calls:
+            hidden += plan.delta
+        last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)
+        return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads, precision=self.precision)
+
+    @staticmethod
+    def _run_layers(plan: StepPlan, kv_caches: Sequence[torch.Tensor], metadata: AttentionMetadata,
+                    attention: AttentionBackend) -> None:
+        """Each layer's programs around the backend's :meth:`forward` (a backend that prepares no call)."""
         q, k, v, attended = plan.q, plan.k, plan.v, plan.attended
         for index, (before, after) in enumerate(plan.programs()):
             before.run()
@@ -481,7 +496,3 @@ class DecoderLM(CausalLM):
                 )
             attended.copy_(out)
             after.run()
-        if plan.calls:
-            hidden += plan.delta
-        last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)
-        return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads, precision=self.precision)

@@ -9,11 +9,14 @@ buffers (:func:`torch_step`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import attrs
 import torch
 
+from pyagent_core.interfaces.attention import AttentionBackend
 from pyagent_core.interfaces.model import ModelConfig
 from pyagent_kernels import PreparedCall
 from pyagent_kernels.layer_ops import prepare_add_rms_norm, prepare_rope_split, prepare_silu_mul
@@ -146,9 +149,34 @@ class StepPlan:
             for index, layer in enumerate(self.layers)
         ]
         self._programs: tuple[object, list[tuple[Program, Program]]] | None = None
+        self._step_programs: weakref.WeakKeyDictionary[AttentionBackend, tuple[object, tuple[torch.Tensor, ...],
+                                                                              Program | None]]
+        self._step_programs = weakref.WeakKeyDictionary()
 
     def programs(self) -> list[tuple[Program, Program]]:
         """``calls`` as programs, ``(before, after)`` per layer; made again when ``calls`` was replaced."""
         if self._programs is None or self._programs[0] is not self.calls:
             self._programs = self.calls, [(Program(before), Program(after)) for before, after in self.calls]
         return self._programs[1]
+
+    def step_program(self, attention: AttentionBackend, kv_caches: Sequence[torch.Tensor]) -> Program | None:
+        """Every layer's calls with ``attention``'s prepared call (:meth:`AttentionBackend.prepare
+        <pyagent_core.interfaces.attention.AttentionBackend.prepare>`) between ``before`` and ``after``, as
+        one program: a step whose calls are all C calls is then one call into C. ``None`` when the
+        backend prepares no call. Kept per backend (dropped with it) and made again when ``calls`` was
+        replaced or other caches arrive; run it after ``attention.begin_step(metadata)``."""
+        kept = self._step_programs.get(attention)
+        if (kept is None or kept[0] is not self.calls or len(kept[1]) != len(kv_caches)
+                or any(a is not b for a, b in zip(kept[1], kv_caches, strict=True))):
+            kept = self.calls, tuple(kv_caches), self._with_attention(attention, kv_caches)
+            self._step_programs[attention] = kept
+        return kept[2]
+
+    def _with_attention(self, attention: AttentionBackend, kv_caches: Sequence[torch.Tensor]) -> Program | None:
+        calls: list[PreparedCall] = []
+        for index, (before, after) in enumerate(self.calls):
+            prepared = attention.prepare(self.q, self.k, self.v, self.attended, kv_caches[index], index)
+            if prepared is None:
+                return None
+            calls += [*before, cast(PreparedCall, prepared), *after]
+        return Program(calls)

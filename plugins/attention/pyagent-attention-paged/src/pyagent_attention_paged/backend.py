@@ -9,7 +9,8 @@ import torch
 
 import pyagent_kernels
 from pyagent_core.interfaces.attention import AttentionBackend, AttentionContext, AttentionMetadata
-from pyagent_kernels.attention import PagedLayout
+from pyagent_kernels import PreparedCall
+from pyagent_kernels.attention import PagedBatch, PagedLayout, prepare_paged_attention
 
 
 class PagedAttention(AttentionBackend):
@@ -24,6 +25,7 @@ class PagedAttention(AttentionBackend):
         self.threads = int(self.options["threads"])
         self.soft_cap = context.logits_soft_cap
         self._layout: tuple[AttentionMetadata, PagedLayout] | None = None
+        self._batch = PagedBatch()
 
     def layout(self, metadata: AttentionMetadata) -> PagedLayout:
         """The kernel's checked view of ``metadata``, made once for all the layers of a step."""
@@ -60,3 +62,22 @@ class PagedAttention(AttentionBackend):
         return self.layout(metadata).attend(q.contiguous(), k.contiguous(), v.contiguous(), kv_cache,
                                             scale=self.scale, window=self.context.window(layer),
                                             soft_cap=self.soft_cap, threads=self.threads)
+
+    def prepare(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        kv_cache: torch.Tensor,
+        layer: int,
+    ) -> PreparedCall:
+        """The layer's kernel call into ``out``, over the layout :meth:`begin_step` binds (one C call
+        that a kernel program runs among the layer's other calls)."""
+        return prepare_paged_attention(q, k, v, out, kv_cache, self._batch, scale=self.scale,
+                                       window=self.context.window(layer), soft_cap=self.soft_cap, threads=self.threads)
+
+    def begin_step(self, metadata: AttentionMetadata) -> None:
+        """Check ``metadata``'s shapes and bind its layout for the prepared calls."""
+        metadata.check_shapes()
+        self._batch.bind(self.layout(metadata))
