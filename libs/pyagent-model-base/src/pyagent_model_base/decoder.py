@@ -55,7 +55,7 @@ from pyagent_core.interfaces.model import (
     read_keys,
     token_ids,
 )
-from pyagent_kernels.layer_ops import add_rms_norm
+from pyagent_kernels import run_prepared
 from pyagent_kernels.linear import Precision, linear
 from pyagent_kernels.quantized import QuantizedWeight, shared_format
 from pyagent_model_base.layout import DecoderLayout
@@ -392,7 +392,7 @@ class DecoderLM(CausalLM):
         return self._run(plan, input_ids, positions, kv_caches, metadata, attention, logits_indices)
 
     def _plan(self, workspace: Workspace, tokens: int, threads: int) -> StepPlan:
-        return StepPlan(self.config, self.layers, workspace, tokens, threads, self.precision)
+        return StepPlan(self.config, self.layers, workspace, tokens, threads, self.precision, self.norm)
 
     # --- LoRA adapters -------------------------------------------------------------------------
 
@@ -475,9 +475,10 @@ class DecoderLM(CausalLM):
             program.run()
         else:
             self._run_layers(plan, kv_caches, metadata, attention)
-        if plan.calls:
-            hidden += plan.delta
-        last = add_rms_norm(hidden[logits_indices], self.norm, self.config.rms_norm_eps)
+            run_prepared([plan.finish])
+        every_row = logits_indices.shape[0] == plan.rows.shape[0] and (
+            plan.rows.shape[0] == 1 or torch.equal(logits_indices, plan.rows))
+        last = plan.final if every_row else plan.final[logits_indices]
         return linear(last, self.lm_head, out_dtype=torch.float32, threads=plan.threads, precision=self.precision)
 
     @staticmethod

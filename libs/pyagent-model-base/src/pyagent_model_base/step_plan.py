@@ -99,13 +99,15 @@ class StepPlan:
     (``delta``) to ``hidden``, normalizes it and projects it into ``qkv`` (adding the bias and
     normalizing the q/k heads where the layer has them), then rotates and splits it into ``q``,
     ``k``, ``v``; the attention output then goes into ``attended``; ``after`` projects it, adds it to
-    ``hidden`` and runs the MLP into ``delta``. Products with quantized weights run at ``precision``
-    (:func:`pyagent_kernels.linear.linear`'s "exact" or "int8"). Whoever changes ``calls`` (LoRA
-    inserts its own) assigns a new list; :meth:`programs` follows it.
+    ``hidden`` and runs the MLP into ``delta``. ``finish`` adds the last layer's ``delta`` to ``hidden``
+    and normalizes every row with ``final_norm`` into ``final``, whose rows the output head reads.
+    Products with quantized weights run at ``precision`` (:func:`pyagent_kernels.linear.linear`'s
+    "exact" or "int8"). Whoever changes ``calls`` (LoRA inserts its own) assigns a new list;
+    :meth:`programs` follows it.
     """
 
     def __init__(self, config: ModelConfig, layers: Sequence[LayerWeights], workspace: Workspace, tokens: int,
-                 threads: int, precision: Precision) -> None:
+                 threads: int, precision: Precision, final_norm: torch.Tensor) -> None:
         heads, kv_heads, dim, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
         take = workspace.take
         self.layers = list(layers)
@@ -148,6 +150,10 @@ class StepPlan:
             )
             for index, layer in enumerate(self.layers)
         ]
+        self.final = normed
+        self.finish = prepare_add_rms_norm(self.hidden, final_norm, eps, self.delta if self.layers else None, normed)
+        #: ``0 .. tokens - 1``: the logits rows of a step that wants every row's, in order.
+        self.rows = torch.arange(tokens)
         self._programs: tuple[object, list[tuple[Program, Program]]] | None = None
         self._step_programs: weakref.WeakKeyDictionary[AttentionBackend, tuple[object, tuple[torch.Tensor, ...],
                                                                               Program | None]]
@@ -161,8 +167,9 @@ class StepPlan:
 
     def step_program(self, attention: AttentionBackend, kv_caches: Sequence[torch.Tensor]) -> Program | None:
         """Every layer's calls with ``attention``'s prepared call (:meth:`AttentionBackend.prepare
-        <pyagent_core.interfaces.attention.AttentionBackend.prepare>`) between ``before`` and ``after``, as
-        one program: a step whose calls are all C calls is then one call into C. ``None`` when the
+        <pyagent_core.interfaces.attention.AttentionBackend.prepare>`) between ``before`` and ``after``,
+        then ``finish``, as one program: a step whose calls are all C calls is then one call into C.
+        ``None`` when the
         backend prepares no call. Kept per backend (dropped with it) and made again when ``calls`` was
         replaced or other caches arrive; run it after ``attention.begin_step(metadata)``."""
         kept = self._step_programs.get(attention)
@@ -179,4 +186,4 @@ class StepPlan:
             if prepared is None:
                 return None
             calls += [*before, cast(PreparedCall, prepared), *after]
-        return Program(calls)
+        return Program([*calls, self.finish])

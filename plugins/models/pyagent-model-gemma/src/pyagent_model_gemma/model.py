@@ -179,7 +179,7 @@ class GemmaStepPlan(StepPlan):
     the MLP, runs GeGLU and normalizes the MLP's output into ``delta``."""
 
     def __init__(self, model: Gemma2, workspace: Workspace, tokens: int, threads: int) -> None:
-        super().__init__(model.config, model.layers, workspace, tokens, threads, model.precision)
+        super().__init__(model.config, model.layers, workspace, tokens, threads, model.precision, model.norm)
         precision = model.precision
         config = model.config
         heads, kv_heads, dim, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
