@@ -169,9 +169,8 @@ class StepPlan:
         """Every layer's calls with ``attention``'s prepared call (:meth:`AttentionBackend.prepare
         <pyagent_core.interfaces.attention.AttentionBackend.prepare>`) between ``before`` and ``after``,
         then ``finish``, as one program: a step whose calls are all C calls is then one call into C.
-        ``None`` when the
-        backend prepares no call. Kept per backend (dropped with it) and made again when ``calls`` was
-        replaced or other caches arrive; run it after ``attention.begin_step(metadata)``."""
+        ``None`` when the backend prepares no call. Kept per backend (dropped with it) and made again
+        when ``calls`` was replaced or other caches arrive; run it after ``attention.begin_step(metadata)``."""
         kept = self._step_programs.get(attention)
         if (kept is None or kept[0] is not self.calls or len(kept[1]) != len(kv_caches)
                 or any(a is not b for a, b in zip(kept[1], kv_caches, strict=True))):
