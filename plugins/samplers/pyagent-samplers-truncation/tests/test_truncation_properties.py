@@ -77,9 +77,12 @@ def test_dynatemp_then_temperature_divides_by_the_entropy_temperature(row, tempe
         expected = expected / dynamic
     else:
         expected = torch.where(expected == expected.max(), expected / temperature, -math.inf)
-    # a near-deterministic row has an entropy of ~1e-7 whose log(1 - eps) terms carry a relative error
-    # of ~1e-16 / eps in either implementation; dividing by the tiny temperature keeps that error
-    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-9)
+    # a near-deterministic row (largest probability 1 - eps) has a tiny entropy whose log(1 - eps) terms
+    # carry a relative error of ~1e-16 / eps in either implementation; the exponent multiplies it, and
+    # dividing by the tiny temperature keeps it (eps = 1e-11 moved a value by 1.6e-6 relative)
+    eps = 1.0 - probs.max()
+    rtol = 1e-6 + (exponent * 4e-16 / eps if eps > 0 else math.inf)
+    torch.testing.assert_close(out, expected, rtol=rtol, atol=1e-9)
 
 
 def test_dynatemp_extremes_of_entropy():
