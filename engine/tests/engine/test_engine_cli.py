@@ -144,24 +144,26 @@ def test_chat_keeps_the_history_and_reset_forgets_it(cli, tmp_path, llm_bf16):
     assert result.stdout == "".join(text + "\n" for text in expected)
 
 
-def test_batch_flags_reach_the_engine(cli, tmp_path):
+def test_batch_flags_reach_the_engine(tmp_path):
     """One sequence at a time, the second copy finds the first's blocks: 26 tokens make 3 full blocks of 8."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is Paris. The capital of Italy is Rome. "
                        "The capital of Germany is Berlin. The capital of Spain is\n" * 2)
-    result = cli("generate", "--input", str(prompts), "--raw", "--max-tokens", "2", "--json", "--prefix-caching",
-                 "--max-num-seqs", "1", "--block-size", "8", "--max-num-batched-tokens", "8", cwd=tmp_path)
+    result, refused = run_commands([
+        ("generate", "--input", str(prompts), "--raw", "--max-tokens", "2", "--json", "--prefix-caching",
+         "--max-num-seqs", "1", "--block-size", "8", "--max-num-batched-tokens", "8"),
+        ("generate", "hi", "--max-num-batched-tokens", "0")], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     first, second = (json.loads(line) for line in result.stdout.splitlines())
     assert len(second["prompt_token_ids"]) == 26 and first["text"] == second["text"]
     assert [first["cached_prompt_tokens"], second["cached_prompt_tokens"]] == [0, 24]
-    result = cli("generate", "hi", "--max-num-batched-tokens", "0", cwd=tmp_path)
-    assert result.returncode == 2 and "max_num_batched_tokens must be positive, got 0" in result.stderr
+    assert refused.returncode == 2 and "max_num_batched_tokens must be positive, got 0" in refused.stderr
 
 
-def test_ignore_eos_generates_past_the_end_of_sequence(cli, tmp_path):
-    stopped, kept = (json.loads(cli("generate", "Say hi.", "--max-tokens", "40", "--json", *flags,
-                                    cwd=tmp_path).stdout) for flags in ((), ("--ignore-eos",)))
+def test_ignore_eos_generates_past_the_end_of_sequence(tmp_path):
+    stopped, kept = (json.loads(result.stdout) for result in run_commands(
+        [("generate", "Say hi.", "--max-tokens", "40", "--json", *flags) for flags in ((), ("--ignore-eos",))],
+        cwd=tmp_path))
     assert stopped["finish_reason"] == "stop" and len(stopped["output_token_ids"]) < 40
     assert kept["finish_reason"] == "length" and len(kept["output_token_ids"]) == 40
     assert kept["output_token_ids"][:len(stopped["output_token_ids"])] == stopped["output_token_ids"]
