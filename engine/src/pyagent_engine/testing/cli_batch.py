@@ -25,8 +25,8 @@ from typing import Any
 def run_commands(commands: Sequence[Sequence[str]], env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  timeout: float = 600) -> list[subprocess.CompletedProcess[str]]:
     """Run each of ``commands`` (``pyagent`` arguments) in one fresh process with ``env`` (default: this
-    process's), in ``cwd`` (default: this process's): one :class:`subprocess.CompletedProcess` per command,
-    its arguments, status and output.
+    process's), in ``cwd`` (default: this process's), stdin empty: one :class:`subprocess.CompletedProcess`
+    per command, its arguments, status and output.
 
     Raises:
         AssertionError: the batch process itself failed (its stderr in the message).
@@ -36,8 +36,8 @@ def run_commands(commands: Sequence[Sequence[str]], env: Mapping[str, str] | Non
                                        "stderr": str(Path(folder) / f"{i}.err")} for i, args in enumerate(commands)]
         (Path(folder) / "spec.json").write_text(json.dumps(spec))
         batch = subprocess.run([sys.executable, "-m", __name__, str(Path(folder) / "spec.json")], capture_output=True,
-                               text=True, timeout=timeout, env=dict(os.environ if env is None else env), cwd=cwd,
-                               check=False)
+                               stdin=subprocess.DEVNULL, text=True, timeout=timeout, cwd=cwd, check=False,
+                               env=dict(os.environ if env is None else env))
         if batch.returncode != 0:
             raise AssertionError(f"the command batch failed with {batch.returncode}: {batch.stderr}")
         statuses = json.loads(batch.stdout.splitlines()[-1])
