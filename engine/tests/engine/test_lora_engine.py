@@ -29,6 +29,7 @@ from pyagent_engine.requests.lora import LoRARequest, ServedAdapter
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.scheduling.lora_slots import LoRASlotTable
+from pyagent_engine.testing.cli_batch import run_commands
 
 peft = pytest.importorskip("peft")
 loader = pytest.importorskip("pyagent_engine.models.loader")
@@ -206,8 +207,10 @@ def test_generate_and_chat_take_one_adapter_for_the_call(cli: Any, llm: LLM, fol
     expected = llm.generate([PROMPTS[1]], GREEDY, lora_request="qv")[0].text
     base = llm.generate([PROMPTS[1]], GREEDY)[0].text
     assert expected != base
-    result = cli("generate", PROMPTS[1], "--raw", "--max-tokens", "6", "--ignore-eos", "--precision", "exact",
-                 "--lora", str(folders["qv"]), cwd=tmp_path)
+    result, missing = run_commands([
+        ("generate", PROMPTS[1], "--raw", "--max-tokens", "6", "--ignore-eos", "--precision", "exact", "--lora",
+         str(folders["qv"])),
+        ("generate", "hi", "--lora", str(tmp_path / "missing"))], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == expected + "\n"
     chat = [{"role": "user", "content": PROMPTS[0]}]
@@ -216,8 +219,7 @@ def test_generate_and_chat_take_one_adapter_for_the_call(cli: Any, llm: LLM, fol
                  str(folders["all-rs"]), stdin=PROMPTS[0] + "\n/exit\n", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == reply + "\n"
-    result = cli("generate", "hi", "--lora", str(tmp_path / "missing"), cwd=tmp_path)
-    assert result.returncode == 2 and "missing" in result.stderr and "Traceback" not in result.stderr
+    assert missing.returncode == 2 and "missing" in missing.stderr and "Traceback" not in missing.stderr
 
 
 # --- the slot table against an independent LRU model ------------------------------------------------

@@ -25,6 +25,7 @@ from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import Request
 from pyagent_engine.scheduling.policy import GuardedPolicy, build_scheduling_policy
 from pyagent_engine.scheduling.scheduler import Scheduler
+from pyagent_engine.testing.cli_batch import run_commands
 
 from .test_engine_scheduler import simulate
 
@@ -186,20 +187,21 @@ def test_greedy_tokens_are_the_same_under_every_policy(engine_factory):
     llm.close()
 
 
-def test_cli_takes_the_scheduler_and_each_line_s_fields(cli, tmp_path):
+def test_cli_takes_the_scheduler_and_each_line_s_fields(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "hi", "priority": "high"}\n'
                        '{"prompt": "Say hi.", "tenant": "a", "priority": -1, "deadline_s": 3}\n', encoding="utf-8")
-    result = cli("generate", "--input", str(prompts), "--max-tokens", "2", "--json", "--scheduler", "fair",
-                 "--scheduler-opt", "output_weight=3", cwd=tmp_path)
+    result, unknown, chat = run_commands([
+        ("generate", "--input", str(prompts), "--max-tokens", "2", "--json", "--scheduler", "fair", "--scheduler-opt",
+         "output_weight=3"),
+        ("generate", "hi", "--max-tokens", "1", "--scheduler", "sjf"),
+        ("chat", "--max-tokens", "1", "--scheduler", "sjf")], cwd=tmp_path)  # chat refuses before reading stdin
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{prompts}:1: priority must be an integer (smaller goes first), got 'high'" in result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["finish_reason"] for r in records] == ["error", "length"]
     assert records[1]["backends"]["scheduler"] == "fair"
-    unknown = cli("generate", "hi", "--max-tokens", "1", "--scheduler", "sjf", cwd=tmp_path)
     assert unknown.returncode == 2
     assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in unknown.stderr
-    chat = cli("chat", "--max-tokens", "1", "--scheduler", "sjf", stdin="hi\n", cwd=tmp_path)
     assert chat.returncode == 2 and "Traceback" not in chat.stderr
     assert "no scheduler backend named 'sjf'; choose one of: edf, fair, fcfs" in chat.stderr

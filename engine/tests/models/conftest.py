@@ -1,9 +1,9 @@
-"""Fixtures for the model tests: the embedded GGUF read once, Hugging Face's view of the same file,
-and a greedy decoding loop over our forward with a single-sequence paged cache."""
+"""Fixtures for the model tests: the embedded GGUF read once, Hugging Face's tokenizer of the same file (its
+model: ``engine/tests/conftest.py``), and a greedy decoding loop over our forward with a single-sequence
+paged cache."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,6 @@ from pyagent_engine.models.checkpoint import Checkpoint
 from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.models.gguf_file import read_gguf
 from pyagent_model_base.decoder import DecoderLM
-
-os.environ["HF_HUB_OFFLINE"] = "1"  # transformers must never reach for the hub
 
 BLOCK_SIZE = 16
 
@@ -82,14 +80,6 @@ def hf_tokenizer(hf_dir: Path, gguf_path: Path) -> Any:
     """transformers' tokenizer of the same GGUF."""
     transformers = pytest.importorskip("transformers")
     return transformers.AutoTokenizer.from_pretrained(hf_dir, gguf_file=gguf_path.name)
-
-
-@pytest.fixture(scope="module")
-def hf_model(hf_dir: Path, gguf_path: Path) -> Any:
-    """transformers' float32 model of the same GGUF (loaded once per module)."""
-    transformers = pytest.importorskip("transformers")
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, gguf_file=gguf_path.name, dtype=torch.float32)
-    return model.eval()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pyagent_core.records import DoctorCheck
 from pyagent_engine.models.diagnosis import diagnose_model
+from pyagent_engine.testing.cli_batch import run_commands
 
 from .test_model_loading import write_tiny_gguf
 
@@ -38,11 +39,11 @@ def test_a_folder_without_tokenizer_and_a_missing_path(tmp_path: Path) -> None:
     assert not rows(tmp_path / "nothing")["model"].ok
 
 
-def test_the_command_exits_1_when_the_model_cannot_run(cli, gguf_path: Path, tmp_path: Path) -> None:
+def test_the_command_exits_1_when_the_model_cannot_run(gguf_path: Path, tmp_path: Path) -> None:
     write_tiny_gguf(tmp_path / "m.gguf", "mamba")
-    bad = cli("doctor", "--model", str(tmp_path / "m.gguf"), "--json")
+    bad, good = run_commands([("doctor", "--model", str(tmp_path / "m.gguf"), "--json"),
+                              ("doctor", "--model", str(gguf_path))])
     assert bad.returncode == 1
     assert any(c["name"] == "model architecture" and not c["ok"] for c in json.loads(bad.stdout)["checks"])
-    good = cli("doctor", "--model", str(gguf_path))
     assert good.returncode == 0, good.stderr
     assert "model block types" in good.stdout

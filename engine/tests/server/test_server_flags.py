@@ -7,13 +7,15 @@ would be about the model instead.
 from __future__ import annotations
 
 import socket
+import subprocess
 
 import pytest
 
+from pyagent_engine.testing.cli_batch import run_commands
+
 NO_MODEL = ("--model", "/no/such/model.gguf")
 
-
-@pytest.mark.parametrize(("args", "message"), [
+BAD_FLAGS = [
     (("--request-timeout", "nan"), "--request-timeout must be 0 (no limit) or a number of seconds from 1, got nan"),
     (("--request-timeout", "-1"), "--request-timeout must be 0 (no limit) or a number of seconds from 1, got -1.0"),
     (("--request-timeout", "1e-9"), "got 1e-09: shorter, every request would time out"),
@@ -28,9 +30,20 @@ NO_MODEL = ("--model", "/no/such/model.gguf")
     (("--host", "203.0.113.7"), "cannot listen on 203.0.113.7:"),
     (("--grammar-cache-mib", "-1"), "--grammar-cache-mib must be a number of MiB >= 0 (0: no cache), got -1.0"),
     (("--api-key", ""), "the API key (--api-key or PYAGENT_API_KEY) is empty: give a key, or leave both out"),
-])
-def test_bad_server_flags_fail_before_the_model_loads(cli, tmp_path, args, message):
-    result = cli("serve", *NO_MODEL, *args, cwd=tmp_path)
+]
+"""Each bad flag and what its error says."""
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> list[subprocess.CompletedProcess[str]]:
+    """``pyagent serve`` with each of :data:`BAD_FLAGS`, in one process (each command's own output and status)."""
+    return run_commands([("serve", *NO_MODEL, *args) for args, _ in BAD_FLAGS], cwd=tmp_path_factory.mktemp("flags"))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_FLAGS)), ids=[" ".join(args) for args, _ in BAD_FLAGS])
+def test_bad_server_flags_fail_before_the_model_loads(refused, case):
+    message = BAD_FLAGS[case][1]
+    result = refused[case]
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 

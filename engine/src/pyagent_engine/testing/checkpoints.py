@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,6 +56,7 @@ from pyagent_engine.models.diagnosis import diagnose_model
 from pyagent_engine.models.loader import load_model
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.testing.cli_batch import run_commands
 from pyagent_model_base.checkpoint_kit import CheckpointKit
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -256,55 +257,73 @@ class EngineCheckpointKit(CheckpointKit):
             engine.step()
         assert engine.kv.num_free_slots == slots and _gauge(engine.info.engine_id, "state_slots_usage_perc") == 0
 
-    def pyagent(self, model: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        """``pyagent ARGS --model MODEL`` with the engine settings of :meth:`engine`, in a subprocess."""
-        command = [sys.executable, "-m", "pyagent_core.cli", *args, "--model", str(model), *self.engine_flags()]
-        return subprocess.run(command, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, CACHE_DIR_ENV: str(model.parent / "cache")}, check=False)
-
-    def engine_flags(self) -> list[str]:
+    @classmethod
+    def engine_flags(cls) -> list[str]:
         """The command-line flags of :meth:`engine`'s settings."""
-        return ["--dtype", "float32", "--block-size", str(self.block_size), "--max-num-batched-tokens",
-                str(self.chunk), "--max-num-seqs", str(self.max_num_seqs), "--kv-cache-gib", "0.01"]
+        return ["--dtype", "float32", "--block-size", str(cls.block_size), "--max-num-batched-tokens",
+                str(cls.chunk), "--max-num-seqs", str(cls.max_num_seqs), "--kv-cache-gib", "0.01"]
 
-    def test_pyagent_generate_and_serve_give_the_engines_tokens(self, checkpoint_dir: Path) -> None:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def served(cls, checkpoint_dir: Path) -> Iterator[_Served]:
+        """``pyagent serve`` of the folder with :meth:`engine`'s settings, started (not yet answering: a test
+        waits for it with :meth:`_Served.health`, so it loads while :meth:`cli_runs` runs)."""
+        port = _free_port()
+        log = checkpoint_dir.parent / f"serve-{port}.log"
+        command = [sys.executable, "-m", "pyagent_core.cli", "serve", "--model", str(checkpoint_dir), "--port",
+                   str(port), "--served-model-name", "tiny", "--log-level", "warning", *cls.engine_flags()]
+        with log.open("wb") as out:
+            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                      env={**os.environ, CACHE_DIR_ENV: str(checkpoint_dir.parent / "cache")})
+        try:
+            yield _Served(f"http://127.0.0.1:{port}", server, log)
+        finally:
+            server.terminate()
+            server.wait(60)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def cli_runs(cls, checkpoint_dir: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+        """The command lines the kit checks, run in one process (:func:`run_commands`) with :meth:`engine`'s
+        settings, by name: ``generate`` (a text prompt, raw, JSON); for a model with mixer layers also
+        ``generate --speculative`` and ``serve --speculative`` (both refused)."""
+        text = "The quick brown fox jumps over the lazy dog!"
+        commands: dict[str, tuple[str, ...]] = {"generate": (
+            "generate", text, "--raw", "--json", "--ignore-eos", "--max-tokens", str(cls.greedy_tokens))}
+        if cls.impl.mixer_families(cls.folder_config(checkpoint_dir)):
+            commands |= {"generate --speculative": ("generate", "hello", "--speculative", "ngram"),
+                         "serve --speculative": ("serve", "--speculative", "ngram")}
+        model = ("--model", str(checkpoint_dir), *cls.engine_flags())
+        results = run_commands([(*args, *model) for args in commands.values()],
+                               env={**os.environ, CACHE_DIR_ENV: str(checkpoint_dir.parent / "cache")})
+        return dict(zip(commands, results, strict=True))
+
+    def test_pyagent_generate_and_serve_give_the_engines_tokens(
+            self, checkpoint_dir: Path, served: _Served, cli_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
         """``pyagent generate`` (a text prompt, raw) and ``pyagent serve`` (``/v1/completions`` with the
         prompt's token ids; ``/health`` counting blocks and state slots) give :meth:`engine`'s greedy tokens."""
-        text = "The quick brown fox jumps over the lazy dog!"
-        result = self.pyagent(checkpoint_dir, "generate", text, "--raw", "--json", "--ignore-eos", "--max-tokens",
-                              str(self.greedy_tokens))
+        result = cli_runs["generate"]
         assert result.returncode == 0, result.stderr
         record = json.loads(result.stdout)
         llm = self.engine(checkpoint_dir)
         [expected], _ = self.engine_tokens(llm, [record["prompt_token_ids"]])
         assert record["output_token_ids"] == expected
-        port = _free_port()
-        log = checkpoint_dir.parent / f"serve-{port}.log"
-        command = [sys.executable, "-m", "pyagent_core.cli", "serve", "--model", str(checkpoint_dir), "--port",
-                   str(port), "--served-model-name", "tiny", "--log-level", "warning", *self.engine_flags()]
-        with log.open("wb") as out:
-            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                      env={**os.environ, CACHE_DIR_ENV: str(checkpoint_dir.parent / "cache")})
-        try:
-            health = _wait_for_health(f"http://127.0.0.1:{port}", server, log)
-            slots = self.max_num_seqs if self.spec.recurrent_state else 0
-            assert health["state_slots_total"] == health["state_slots_free"] == slots
-            assert health["kv_blocks_total"] == llm.engine.num_blocks
-            reply = httpx2.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
-                "model": "tiny", "prompt": record["prompt_token_ids"], "max_tokens": self.greedy_tokens,
-                "temperature": 0, "ignore_eos": True})
-            assert reply.status_code == 200, reply.text
-            params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
-            [output] = llm.generate([record["prompt_token_ids"]], params)
-            assert list(output.output_token_ids) == expected
-            assert reply.json()["choices"][0]["text"] == output.text  # the same detokenizer
-        finally:
-            server.terminate()
-            server.wait(60)
+        health = served.health()
+        slots = self.max_num_seqs if self.spec.recurrent_state else 0
+        assert health["state_slots_total"] == health["state_slots_free"] == slots
+        assert health["kv_blocks_total"] == llm.engine.num_blocks
+        reply = httpx2.post(f"{served.url}/v1/completions", timeout=120, json={
+            "model": "tiny", "prompt": record["prompt_token_ids"], "max_tokens": self.greedy_tokens,
+            "temperature": 0, "ignore_eos": True})
+        assert reply.status_code == 200, reply.text
+        params = SamplingParams(max_tokens=self.greedy_tokens, temperature=0.0, ignore_eos=True)
+        [output] = llm.generate([record["prompt_token_ids"]], params)
+        assert list(output.output_token_ids) == expected
+        assert reply.json()["choices"][0]["text"] == output.text  # the same detokenizer
 
     def mixes(self, checkpoint_dir: Path) -> bool:
         """Whether the model's forward calls mixer families."""
-        return bool(self.impl.mixer_families(self.load_folder(checkpoint_dir).config))
+        return bool(self.impl.mixer_families(self.folder_config(checkpoint_dir)))
 
     def test_doctor_shows_the_cache_layout_and_what_it_rules_out(self, checkpoint_dir: Path, gguf_path: Path) -> None:
         mixes = self.mixes(checkpoint_dir)
@@ -314,7 +333,8 @@ class EngineCheckpointKit(CheckpointKit):
             assert ("prefix caching: off (" in row.detail) == self.spec.recurrent_state, row.detail
             assert ("speculative decoding: off (" in row.detail) == mixes, row.detail
 
-    def test_what_the_layout_rules_out_is_refused_with_the_reason(self, checkpoint_dir: Path) -> None:
+    def test_what_the_layout_rules_out_is_refused_with_the_reason(
+            self, checkpoint_dir: Path, cli_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
         """A state model refuses prefix caching; a model with mixer layers (state or MLA) refuses
         speculative decoding, from ``LLM``, ``pyagent generate`` and ``pyagent serve`` (one line, no traceback)."""
         if not self.mixes(checkpoint_dir):
@@ -329,8 +349,7 @@ class EngineCheckpointKit(CheckpointKit):
                 patch.setenv(CACHE_DIR_ENV, str(checkpoint_dir.parent / "cache"))
                 LLM(str(checkpoint_dir), dtype="float32", speculative=SpeculativeConfig(proposer="ngram"))
         for command in ("generate", "serve"):
-            args = ("hello", "--speculative", "ngram") if command == "generate" else ("--speculative", "ngram")
-            result = self.pyagent(checkpoint_dir, command, *args)
+            result = cli_runs[f"{command} --speculative"]
             assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
             assert f"speculative decoding is not supported for the {self.spec.name} architecture: {why}" in \
                 result.stderr, result.stderr
@@ -436,15 +455,24 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_health(url: str, server: subprocess.Popen[bytes], log: Path, within: float = 180) -> dict[str, Any]:
-    """``/health``'s body once the server at ``url`` answers 200 (its log in the error when it exits first)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"pyagent serve exited with {server.returncode}: {log.read_text(errors='replace')}")
-        with contextlib.suppress(httpx2.HTTPError):
-            answer = httpx2.get(url + "/health", timeout=10)
-            if answer.status_code == 200:
-                return dict(answer.json())
-        time.sleep(0.2)
-    raise AssertionError(f"pyagent serve did not answer within {within} s: {log.read_text(errors='replace')}")
+@attrs.frozen
+class _Served:
+    """A started ``pyagent serve``: its base URL, process and log."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def health(self, within: float = 180) -> dict[str, Any]:
+        """``/health``'s body once the server answers 200 (its log in the error when it exits first)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"pyagent serve exited with {self.process.returncode}: "
+                                     f"{self.log.read_text(errors='replace')}")
+            with contextlib.suppress(httpx2.HTTPError):
+                answer = httpx2.get(self.url + "/health", timeout=10)
+                if answer.status_code == 200:
+                    return dict(answer.json())
+            time.sleep(0.2)
+        raise AssertionError(f"pyagent serve did not answer within {within} s: {self.log.read_text(errors='replace')}")

@@ -337,13 +337,18 @@ class CheckpointKit:
                 ids.append(int(hf_model(torch.tensor([ids])).logits[0, -1].argmax()))
         return ids[len(prompt_ids):]
 
+    @classmethod
+    def folder_config(cls, folder: Path) -> Any:
+        """The plugin's config of a checkpoint folder (its ``config.json`` read by ``config_from_hf``)."""
+        return cls.impl.config_from_hf(json.loads((folder / "config.json").read_text()), cls.spec.name,
+                                       str(folder / "config.json"))
+
     def load_folder(self, folder: Path, dtype: str = "float32") -> CausalLM:
         """The plugin's model of a checkpoint folder."""
         from safetensors.torch import load_file
 
-        config = self.impl.config_from_hf(json.loads((folder / "config.json").read_text()), self.spec.name,
-                                          str(folder / "config.json"))
-        return self.impl({}, ModelContext(config=config, weights=load_file(folder / "model.safetensors"), dtype=dtype))
+        return self.impl({}, ModelContext(config=self.folder_config(folder), weights=load_file(
+            folder / "model.safetensors"), dtype=dtype))
 
     def load_gguf(self, path: Path) -> CausalLM:
         """The plugin's model of a float GGUF file (:func:`read_gguf_float`)."""
