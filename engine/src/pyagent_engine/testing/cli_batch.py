@@ -2,7 +2,7 @@
 output: each command costs its own work, not another Python start-up (torch, the engine, every plugin).
 
 :func:`run_commands` starts ``python -m pyagent_engine.testing.cli_batch SPEC``, which runs each command of
-``SPEC`` in turn through :func:`pyagent_core.cli.main`, the ``pyagent`` console script's entry point, with
+``SPEC`` in turn through the ``pyagent`` console script's entry point (found by its name, as the script finds it), with
 file descriptors 1 and 2 sent to the command's own files, and ends the command as the interpreter ends a
 script: ``SystemExit``'s status (a message: printed, status 1), any other exception's traceback on stderr
 and status 1. Commands run in the order given, in one process: a command that changes the process (a
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,10 @@ def _exit_status(code: object) -> int:
 
 
 def run_one(args: Sequence[str], stdout: str, stderr: str) -> int:
-    """``pyagent ARGS`` through :func:`pyagent_core.cli.main`, its file descriptors 1 and 2 in the files
-    ``stdout`` and ``stderr``: its exit status."""
-    from pyagent_core.cli import main
+    """``pyagent ARGS`` through the ``pyagent`` console script's entry point, its file descriptors 1 and 2
+    in the files ``stdout`` and ``stderr``: its exit status."""
+    (script,) = entry_points(group="console_scripts", name="pyagent")
+    main = script.load()
 
     saved = os.dup(1), os.dup(2)
     sys.stdout.flush()
