@@ -414,11 +414,9 @@ def _gguf_rows32(rows: torch.Tensor, fmt: str) -> torch.Tensor:
     if layout.bits == 8:
         codes = blocks[..., head:].view(torch.int8).float()
     else:
-        packed = blocks[..., -16:]
-        nibbles = torch.cat((packed & 0xF, packed >> 4), dim=-1).to(torch.int16)
+        nibbles = _nibbles(blocks[..., -16:]).to(torch.int16)
         if layout.bits == 5:
-            high = blocks[..., head : head + 4].unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)
-            nibbles |= (high & 1).reshape(nibbles.shape).to(torch.int16) << 4
+            nibbles |= _bits(blocks[..., head : head + 4], 32).to(torch.int16) << 4
         codes = (nibbles + layout.low).float()
     values = codes * scales[..., :1]
     if layout.has_min:
