@@ -182,3 +182,21 @@ def paged_metadata_error(
             f"{num_slots} slots (num_blocks * block_size)"
         )
     return None
+
+
+def unselectable_row_error(kernel: str, row: int) -> KernelArgumentError:
+    """The error of a token selector (``kernel``) for a logits row with NaN / +inf or nothing finite to choose."""
+    return KernelArgumentError(
+        f"{kernel}: logits row {row} holds NaN or +inf, or only -inf (every token masked); "
+        "check the processors before the selector"
+    )
+
+
+def check_selectable_rows(kernel: str, logits: torch.Tensor) -> None:
+    """Raise :func:`unselectable_row_error` for the first row of ``logits [rows, vocab]`` a selector cannot
+    choose in (a NaN or +inf, only -inf, or no column at all)."""
+    if logits.shape[0] and logits.shape[1] == 0:
+        raise unselectable_row_error(kernel, 0)
+    bad = ~(logits < float("inf")).all(dim=1) | ~(logits > float("-inf")).any(dim=1)
+    if bool(bad.any()):
+        raise unselectable_row_error(kernel, int(bad.nonzero()[0, 0]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pyagent_kernels.errors import KernelArgumentError
+from pyagent_kernels._checks import check_selectable_rows
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
@@ -63,22 +63,9 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return mix64(seeds + (steps + 1) * _signed(_GOLDEN))
 
 
-def unselectable_row_error(row: int) -> KernelArgumentError:
-    """The error for a row with NaN / +inf logits or nothing finite to choose."""
-    return KernelArgumentError(
-        f"gumbel_sample: logits row {row} holds NaN or +inf, or only -inf (every token masked); "
-        "check the processors before the selector"
-    )
-
-
 def gumbel_sample_torch(logits: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """Token per row as in ``pyagent_kernels.gumbel.gumbel_sample`` (arguments already validated)."""
-    rows = int(logits.shape[0])
-    if rows and logits.shape[1] == 0:
-        raise unselectable_row_error(0)
-    bad = ~(logits < float("inf")).all(dim=1) | ~(logits > float("-inf")).any(dim=1)
-    if bool(bad.any()):
-        raise unselectable_row_error(int(bad.nonzero()[0, 0]))
+    check_selectable_rows("gumbel_sample", logits)
     row, token = (logits > float("-inf")).nonzero(as_tuple=True)
     scores = torch.full(logits.shape, float("-inf"), dtype=torch.float64)
     scores[row, token] = logits[row, token].double() + gumbel_noise(row_keys(seeds, steps)[row], token)

@@ -12,27 +12,15 @@ from __future__ import annotations
 import torch
 
 from pyagent_kernels import _extension
+from pyagent_kernels._checks import check_selectable_rows, unselectable_row_error
 from pyagent_kernels._extension import Backend
 from pyagent_kernels._fast_checks import check_plain
-from pyagent_kernels.errors import KernelArgumentError
 
 __all__ = ["greedy_select"]
 
 
-def _unselectable(row: int) -> KernelArgumentError:
-    return KernelArgumentError(
-        f"greedy_select: logits row {row} holds NaN or +inf, or only -inf (every token masked); "
-        "check the processors before the selector"
-    )
-
-
 def _greedy_torch(logits: torch.Tensor) -> torch.Tensor:
-    rows, vocab = logits.shape
-    if rows and vocab == 0:
-        raise _unselectable(0)
-    bad = ~(logits < float("inf")).all(dim=1) | ~(logits > float("-inf")).any(dim=1)
-    if bool(bad.any()):
-        raise _unselectable(int(bad.nonzero()[0, 0]))
+    check_selectable_rows("greedy_select", logits)
     return logits.max(dim=1).indices
 
 
@@ -60,6 +48,6 @@ def greedy_select(logits: torch.Tensor, *, backend: Backend = "auto") -> torch.T
     rc = lib.pak_greedy_f32(ffi.cast("float *", logits.data_ptr()), rows, vocab,
                             ffi.cast("int64_t *", tokens.data_ptr()), err)
     if rc == lib.PAK_EVALUE or (rc == lib.PAK_EINVAL and rows and vocab == 0):
-        raise _unselectable(max(int(err[0]), 0))
+        raise unselectable_row_error("greedy_select", max(int(err[0]), 0))
     _extension.check_status(rc, "greedy_select")
     return tokens

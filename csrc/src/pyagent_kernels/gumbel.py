@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._checks import check_tensor
+from pyagent_kernels._checks import check_tensor, unselectable_row_error
 from pyagent_kernels._extension import Backend
 from pyagent_kernels._fast_checks import check_plain
-from pyagent_kernels._gumbel_torch import gumbel_sample_torch, unselectable_row_error
+from pyagent_kernels._gumbel_torch import gumbel_sample_torch
 from pyagent_kernels.errors import KernelArgumentError
 from pyagent_kernels.sampling import KeptTokens
 
@@ -83,7 +83,7 @@ def _sample_c(ffi: Any, lib: Any, logits: torch.Tensor, seeds: Any, steps: Any, 
     if rc == 0:
         return tokens
     if rc == lib.PAK_EVALUE:
-        raise unselectable_row_error(int(err[0]))
+        raise unselectable_row_error("gumbel_sample", int(err[0]))
     if rc == lib.PAK_EINDEX:
         raise KernelArgumentError(
             f"gumbel_sample: the kept tokens of row {int(err[0])} name a token outside the vocabulary; "
