@@ -299,9 +299,7 @@ int pak_linear_int8(const void *x, int x_bf16, const pak_int8_part *parts, int n
         job.tiles = i8_amx_tiles();
     if (rows * out * in < (1 << 16)) /* too little work to share */
         threads = 1;
-    const int workers = threads < 1 ? 1 : threads;
-    const int64_t grain = groups / (4 * workers) > 0 ? groups / (4 * workers) : 1;
-    pak_pool_run(run_groups, &job, groups, grain, threads);
+    pak_pool_run(run_groups, &job, groups, 1, threads);
     free(owned);
     return pak_profile_return(PAK_PROFILE_LINEAR, started, PAK_OK);
 }
