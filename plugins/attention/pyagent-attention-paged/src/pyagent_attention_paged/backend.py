@@ -17,12 +17,13 @@ class PagedAttention(AttentionBackend):
     """Paged attention in C over the block tables; GQA-aware, float32 softmax, any block size.
 
     Options:
-        threads: most threads one call uses (1: the calling thread only).
+        threads: most threads one call uses (0: torch's thread count now, as the engine's products;
+            1: the calling thread only).
     """
 
     def __init__(self, options: Mapping[str, Any], context: AttentionContext) -> None:
         super().__init__(options, context)
-        self.threads = int(self.options["threads"])
+        self.threads = int(self.options["threads"]) or torch.get_num_threads()
         self.soft_cap = context.logits_soft_cap
         self._layout: tuple[AttentionMetadata, PagedLayout] | None = None
         self._batch = PagedBatch()

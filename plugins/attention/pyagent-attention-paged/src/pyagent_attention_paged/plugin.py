@@ -23,11 +23,12 @@ SPEC = AttentionSpec(
     ),
     priority=20,
     options={"threads": OptionSpec(
-        type=int, default=1, min=1, max=64,
+        type=int, default=0, min=0, max=64,
         help=(
             "threads a call may use: the caller and pyagent-kernels' persistent helpers (the linear "
-            "layers' pool), given (sequence, kv head, query tile) items when a call has enough work; "
-            "1 runs on the calling thread (at batch 1 two threads measured no faster end to end)"
+            "layers' pool), given (sequence, kv head, query tile) items when a call has enough work "
+            "(a short decode step stays on the calling thread); 0: torch's thread count when the "
+            "backend is made, which is what the engine's products use; 1: the calling thread only"
         ),
     )},
     requires=("pyagent-kernels",),
