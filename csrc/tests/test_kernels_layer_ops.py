@@ -19,6 +19,7 @@ from pyagent_kernels.layer_ops import (
     rope_split,
     silu_mul,
 )
+from pyagent_kernels.profile import count_kernels
 
 COMPILED = bool(pyagent_kernels.status()["compiled"])
 needs_c = pytest.mark.skipif(not COMPILED, reason="pyagent_kernels._C is not built")
@@ -101,6 +102,40 @@ def test_every_isa_variant_gives_the_same_bits(c_isa: str) -> None:
     ours_hidden = hidden.clone()
     assert torch.equal(add_rms_norm(ours_hidden, weight, 1e-6, delta), expected[0])
     assert torch.equal(ours_hidden, best_hidden) and torch.equal(silu_mul(gate_up), expected[1])
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_shared_over_threads_are_each_rows_own(dtype: torch.dtype) -> None:
+    """A call large enough to be shared out (a prefill's 200 rows) gives, on 1, 2 and 3 threads, the bits
+    of each row computed alone: rows are split at whole-row boundaries and never combined."""
+    gen = torch.Generator().manual_seed(5)
+    tokens, heads, kv_heads, dim, inter = 200, 9, 3, 64, 1536
+    hidden, delta = torch.randn(tokens, 576, generator=gen).to(dtype), torch.randn(tokens, 576, generator=gen).to(dtype)
+    weight = torch.randn(576, generator=gen).to(dtype)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
+    angles = torch.rand(tokens, dim // 2, generator=gen) * 6
+    cos, sin = (torch.cat([f(angles)] * 2, dim=1).to(dtype) for f in (torch.cos, torch.sin))
+    gate_up = (torch.randn(tokens, 2 * inter, generator=gen) * 4).to(dtype)
+
+    def alone() -> tuple[torch.Tensor, ...]:
+        summed = hidden.clone()
+        normed = torch.cat([add_rms_norm(summed[r:r + 1], weight, 1e-5, delta[r:r + 1], threads=1)
+                            for r in range(tokens)])
+        split = [rope_split(qkv[r:r + 1], cos[r:r + 1], sin[r:r + 1], heads, kv_heads, dim, threads=1)
+                 for r in range(tokens)]
+        activated = torch.cat([silu_mul(gate_up[r:r + 1], threads=1) for r in range(tokens)])
+        return (summed, normed, *(torch.cat(part) for part in zip(*split, strict=True)), activated)
+
+    expected = alone()
+    for threads in (1, 2, 3):
+        summed = hidden.clone()
+        with count_kernels() as counted:
+            normed = add_rms_norm(summed, weight, 1e-5, delta, threads=threads)
+            ours = (summed, normed, *rope_split(qkv, cos, sin, heads, kv_heads, dim, threads=threads),
+                    silu_mul(gate_up, threads=threads))
+        assert counted.shared_calls == (0 if threads == 1 else 3)  # each call went to the helper threads
+        assert all(torch.equal(a, b) for a, b in zip(ours, expected, strict=True)), threads
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

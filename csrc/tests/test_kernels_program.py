@@ -101,7 +101,7 @@ def test_a_failing_op_is_named_and_stops_the_run() -> None:
     ffi, lib = load().ffi, load().lib
     gate_up, out = torch.randn(1, 8), torch.zeros(1, 4)
     good = prepare_silu_mul(gate_up, out)
-    bad = PreparedCall(lib.pak_rope_split, (ffi.NULL,) * 6 + (0, 1, 1, 1, 3), "rope_split", ())  # odd dim
+    bad = PreparedCall(lib.pak_rope_split, (ffi.NULL,) * 6 + (0, 1, 1, 1, 3, 1), "rope_split", ())  # odd dim
     after = torch.zeros(1, 4)
     never = prepare_silu_mul(gate_up, after)
     program = Program([good, bad, never])

@@ -21,6 +21,9 @@
  *   silu(g) = g / (1 + exp(-g)) with exp the fixed float polynomial of the sampling kernels
  *   (a few ulp from the library exp).
  *
+ * threads: most threads a call may use (pyagent-kernels' pool, rows shared out when a call has enough
+ * of them; 1 or less: the calling thread). Every row is computed alone, so threads do not change a bit.
+ *
  * Returns PAK_OK, or PAK_EINVAL for a NULL pointer with a non-zero size, a negative size, an odd
  * dim (rope) or an unknown dtype.
  */
@@ -35,11 +38,11 @@ enum pak_layer_dtype {
 };
 
 int pak_add_rms_norm(void *hidden, const void *delta, const void *weight, void *out, int dtype, int64_t rows,
-                     int64_t dim, float eps);
+                     int64_t dim, float eps, int threads);
 
 int pak_rope_split(const void *qkv, const void *cos, const void *sin, void *q, void *k, void *v, int dtype,
-                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim);
+                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int threads);
 
-int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int64_t inter);
+int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int64_t inter, int threads);
 
 #endif

@@ -13,9 +13,9 @@
  *   PAK_OP_LINEAR_QUANT_F32     x, w, y                         wtype, rows, out, in, threads
  *   PAK_OP_LINEAR_QUANT_BF16    x, w, y                         wtype, y_f32, rows, out, in, threads
  *   PAK_OP_LINEAR_INT8          x, parts, y, scratch            x_bf16, nparts, y_f32, rows, in, threads
- *   PAK_OP_ADD_RMS_NORM         hidden, delta, weight, out      dtype, rows, dim            (f: eps)
- *   PAK_OP_ROPE_SPLIT           qkv, cos, sin, q, k, v          dtype, tokens, heads, kv_heads, dim
- *   PAK_OP_SILU_MUL             gate_up, out                    dtype, tokens, inter
+ *   PAK_OP_ADD_RMS_NORM         hidden, delta, weight, out      dtype, rows, dim, threads   (f: eps)
+ *   PAK_OP_ROPE_SPLIT           qkv, cos, sin, q, k, v          dtype, tokens, heads, kv_heads, dim, threads
+ *   PAK_OP_SILU_MUL             gate_up, out                    dtype, tokens, inter, threads
  *   PAK_OP_PAGED_ATTENTION      call (a pak_attn_call *, pyagent/attention.h)
  */
 #ifndef PYAGENT_PROGRAM_H

@@ -11,6 +11,7 @@
 #include "pyagent/common.h"
 #include "pyagent/layer_ops.h"
 #include "common/bf16.h"
+#include "common/pool.h"
 #include "common/profile.h"
 #include "common/lanes.h"
 #include "common/variant.h"
@@ -19,6 +20,7 @@
 #define LANES 16
 
 #define CHUNK 256
+#define SHARED_VALUES 16384 /* values of the rows a thread gets at a time (and half of what a call shares) */
 #define MAX_HEAD 1024
 #define PAK_IMPL "layer_ops/layer_ops_impl.h"
 #include "common/variants.h"
@@ -35,8 +37,49 @@ static int check(int dtype, int64_t a, int64_t b)
     return (dtype == PAK_LAYER_F32 || dtype == PAK_LAYER_BF16) && a >= 0 && b >= 0 ? PAK_OK : PAK_EINVAL;
 }
 
+/* A call's rows shared out on the pool (common/pool.h): rows [begin, end) of the call's tensors. */
+typedef struct {
+    int kind; /* 0: norm, 1: rope, 2: silu */
+    const void *in, *delta, *weight, *cos, *sin;
+    void *hidden, *out, *k, *v;
+    int bf16;
+    int64_t dim, heads, kv_heads;
+    float eps;
+} layer_job;
+
+static void run_rows(const void *ctx, int64_t begin, int64_t end, int worker)
+{
+    (void)worker;
+    const layer_job *job = ctx;
+    const int64_t elem = job->bf16 ? 2 : 4, rows = end - begin;
+#define AT(ptr, width) ((ptr) == NULL ? NULL : (char *)(ptr) + begin * (width) * elem)
+    switch (job->kind) {
+    case 0:
+        PAK_LAYER_PICK(norm_rows)(AT(job->hidden, job->dim), AT(job->delta, job->dim), job->weight,
+                                  AT(job->out, job->dim), job->bf16, rows, job->dim, job->eps);
+        break;
+    case 1:
+        PAK_LAYER_PICK(rope_rows)(AT(job->in, (job->heads + 2 * job->kv_heads) * job->dim), AT(job->cos, job->dim),
+                                  AT(job->sin, job->dim), AT(job->out, job->heads * job->dim),
+                                  AT(job->k, job->kv_heads * job->dim), AT(job->v, job->kv_heads * job->dim),
+                                  job->bf16, rows, job->heads, job->kv_heads, job->dim);
+        break;
+    default:
+        PAK_LAYER_PICK(silu_rows)(AT(job->in, 2 * job->dim), AT(job->out, job->dim), job->bf16, rows, job->dim);
+    }
+#undef AT
+}
+
+/* Run a job's `rows` rows of `width` values each: on the calling thread when they are few, else in
+ * chunks of rows on up to `threads` threads (each row alone, so the same bits either way). */
+static void run_job(const layer_job *job, int64_t rows, int64_t width, int threads)
+{
+    const int64_t grain = SHARED_VALUES / width > 0 ? SHARED_VALUES / width : 1;
+    pak_pool_run(run_rows, job, rows, grain, rows * width < 2 * SHARED_VALUES ? 1 : threads);
+}
+
 int pak_add_rms_norm(void *hidden, const void *delta, const void *weight, void *out, int dtype, int64_t rows,
-                     int64_t dim, float eps)
+                     int64_t dim, float eps, int threads)
 {
     const int64_t started = pak_profile_begin();
     if (check(dtype, rows, dim) != PAK_OK)
@@ -45,12 +88,14 @@ int pak_add_rms_norm(void *hidden, const void *delta, const void *weight, void *
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (hidden == NULL || weight == NULL || out == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    PAK_LAYER_PICK(norm_rows)(hidden, delta, weight, out, dtype == PAK_LAYER_BF16, rows, dim, eps);
+    const layer_job job = {.kind = 0, .delta = delta, .weight = weight, .hidden = hidden, .out = out,
+                           .bf16 = dtype == PAK_LAYER_BF16, .dim = dim, .eps = eps};
+    run_job(&job, rows, dim, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }
 
 int pak_rope_split(const void *qkv, const void *cos, const void *sin, void *q, void *k, void *v, int dtype,
-                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim)
+                   int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, int threads)
 {
     const int64_t started = pak_profile_begin();
     if (check(dtype, tokens, heads) != PAK_OK || kv_heads < 0 || dim < 0 || dim % 2 != 0 || dim > MAX_HEAD)
@@ -59,11 +104,13 @@ int pak_rope_split(const void *qkv, const void *cos, const void *sin, void *q, v
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (qkv == NULL || cos == NULL || sin == NULL || q == NULL || k == NULL || v == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    PAK_LAYER_PICK(rope_rows)(qkv, cos, sin, q, k, v, dtype == PAK_LAYER_BF16, tokens, heads, kv_heads, dim);
+    const layer_job job = {.kind = 1, .in = qkv, .cos = cos, .sin = sin, .out = q, .k = k, .v = v,
+                           .bf16 = dtype == PAK_LAYER_BF16, .dim = dim, .heads = heads, .kv_heads = kv_heads};
+    run_job(&job, tokens, (heads + 2 * kv_heads) * dim, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }
 
-int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int64_t inter)
+int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int64_t inter, int threads)
 {
     const int64_t started = pak_profile_begin();
     if (check(dtype, tokens, inter) != PAK_OK)
@@ -72,6 +119,7 @@ int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int6
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (gate_up == NULL || out == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    PAK_LAYER_PICK(silu_rows)(gate_up, out, dtype == PAK_LAYER_BF16, tokens, inter);
+    const layer_job job = {.kind = 2, .in = gate_up, .out = out, .bf16 = dtype == PAK_LAYER_BF16, .dim = inter};
+    run_job(&job, tokens, 2 * inter, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }

@@ -25,11 +25,11 @@ static int run_op(const pak_op *op)
     case PAK_OP_LINEAR_INT8:
         return pak_linear_int8(p[0], (int)n[0], p[1], (int)n[1], p[2], (int)n[2], n[3], n[4], p[3], (int)n[5]);
     case PAK_OP_ADD_RMS_NORM:
-        return pak_add_rms_norm(p[0], p[1], p[2], p[3], (int)n[0], n[1], n[2], op->f);
+        return pak_add_rms_norm(p[0], p[1], p[2], p[3], (int)n[0], n[1], n[2], op->f, (int)n[3]);
     case PAK_OP_ROPE_SPLIT:
-        return pak_rope_split(p[0], p[1], p[2], p[3], p[4], p[5], (int)n[0], n[1], n[2], n[3], n[4]);
+        return pak_rope_split(p[0], p[1], p[2], p[3], p[4], p[5], (int)n[0], n[1], n[2], n[3], n[4], (int)n[5]);
     case PAK_OP_SILU_MUL:
-        return pak_silu_mul(p[0], p[1], (int)n[0], n[1], n[2]);
+        return pak_silu_mul(p[0], p[1], (int)n[0], n[1], n[2], (int)n[3]);
     case PAK_OP_PAGED_ATTENTION:
         return pak_paged_attention_call(p[0]);
     default:

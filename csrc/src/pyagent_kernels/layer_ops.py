@@ -3,7 +3,8 @@
 ``add_rms_norm`` adds a residual in place and normalizes, ``rope_split`` rotates the query and key
 heads of a fused q/k/v projection and splits it, ``silu_mul`` is SwiGLU's activation. Each costs
 one C call instead of several torch dispatches (the semantics are in ``include/pyagent/layer_ops.h``);
-every row is computed alone, so results do not depend on the batch. The torch fallbacks
+every row is computed alone, so results depend neither on the batch nor on ``threads`` (a large call,
+a prefill's, shares its rows over up to that many threads; default ``torch.get_num_threads()``). The torch fallbacks
 (:mod:`pyagent_kernels._layer_ops_torch`) give rope_split's bits and agree with the others to a few
 float32 ulp. ``prepare_*`` checks a call on buffers a caller reuses every step once and returns it
 ready to run (:func:`pyagent_kernels.run_prepared`), writing the result into an ``out`` buffer.
@@ -71,19 +72,25 @@ def _check_norm(hidden: torch.Tensor, weight: torch.Tensor, delta: torch.Tensor 
         )
 
 
+def _threads(threads: int | None) -> int:
+    """``threads``, or torch's thread count when ``None``."""
+    return torch.get_num_threads() if threads is None else int(threads)
+
+
 def _norm_call(ext: _extension.Extension, hidden: torch.Tensor, weight: torch.Tensor, eps: float,
-               delta: torch.Tensor | None, out: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+               delta: torch.Tensor | None, out: torch.Tensor,
+               threads: int | None) -> tuple[Callable[..., int], tuple[object, ...]]:
     ffi = ext.ffi
     rows, dim = hidden.shape
     return ext.lib.pak_add_rms_norm, (
         ffi.cast("void *", hidden.data_ptr()), ffi.NULL if delta is None else ffi.cast("void *", delta.data_ptr()),
         ffi.cast("void *", weight.data_ptr()), ffi.cast("void *", out.data_ptr()), _DTYPES[hidden.dtype], rows, dim,
-        eps,
+        eps, _threads(threads),
     )
 
 
 def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None, *,
-                 backend: Backend = "auto") -> torch.Tensor:
+                 threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
     """With ``delta``, ``hidden += delta`` in place; return RMSNorm(``hidden``) * ``weight``.
 
     Args:
@@ -91,6 +98,7 @@ def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: 
         weight: ``[dim]``, the same dtype.
         eps: added to the mean square.
         delta: ``[rows, dim]`` or ``None``.
+        threads: most threads the C call may use (default: ``torch.get_num_threads()``).
         backend: "auto", "c" or "torch".
     """
     _check_norm(hidden, weight, delta)
@@ -98,12 +106,12 @@ def add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: 
     if ext is None:
         return add_rms_norm_torch(hidden, weight, eps, delta)
     out = torch.empty_like(hidden)
-    _extension.run_call(*_norm_call(ext, hidden, weight, eps, delta, out), "add_rms_norm")
+    _extension.run_call(*_norm_call(ext, hidden, weight, eps, delta, out, threads), "add_rms_norm")
     return out
 
 
 def prepare_add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None,
-                         out: torch.Tensor, *, backend: Backend = "auto") -> PreparedCall:
+                         out: torch.Tensor, *, threads: int | None = None, backend: Backend = "auto") -> PreparedCall:
     """``out[:] = add_rms_norm(hidden, weight, eps, delta)`` as a call checked once, for buffers a caller
     reuses every step; ``out`` is like ``hidden`` (contiguous, on CPU)."""
     _check_norm(hidden, weight, delta)
@@ -114,7 +122,7 @@ def prepare_add_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float,
     if ext is None:
         return _extension.torch_call("add_rms_norm", lambda: add_rms_norm_torch(hidden, weight, eps, delta), (out,),
                                      (hidden, weight, delta, out))
-    return PreparedCall(*_norm_call(ext, hidden, weight, eps, delta, out), "add_rms_norm",
+    return PreparedCall(*_norm_call(ext, hidden, weight, eps, delta, out, threads), "add_rms_norm",
                         (hidden, weight, delta, out))
 
 
@@ -133,17 +141,18 @@ def _check_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: 
 
 
 def _rope_call(ext: _extension.Extension, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q: torch.Tensor,
-               k: torch.Tensor, v: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+               k: torch.Tensor, v: torch.Tensor, threads: int | None) -> tuple[Callable[..., int], tuple[object, ...]]:
     ffi = ext.ffi
     tokens, heads, dim = q.shape
     return ext.lib.pak_rope_split, (
         ffi.cast("void *", qkv.data_ptr()), ffi.cast("void *", cos.data_ptr()), ffi.cast("void *", sin.data_ptr()),
         ffi.cast("void *", q.data_ptr()), ffi.cast("void *", k.data_ptr()), ffi.cast("void *", v.data_ptr()),
-        _DTYPES[qkv.dtype], tokens, heads, k.shape[1], dim,
+        _DTYPES[qkv.dtype], tokens, heads, k.shape[1], dim, _threads(threads),
     )
 
 
 def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, dim: int, *,
+               threads: int | None = None,
                backend: Backend = "auto") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rotate-half RoPE on the query and key heads of ``qkv``; return contiguous ``(q, k, v)``.
 
@@ -151,6 +160,7 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
         qkv: ``[tokens, (heads + 2 * kv_heads) * dim]``: query, key and value heads of each token.
         cos, sin: ``[tokens, dim]``, each token's rotation at its position.
         heads, kv_heads, dim: head counts and head size (even).
+        threads: most threads the C call may use (default: ``torch.get_num_threads()``).
         backend: "auto", "c" or "torch".
 
     Returns:
@@ -163,12 +173,12 @@ def rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     tokens = qkv.shape[0]
     q = qkv.new_empty((tokens, heads, dim))
     k, v = qkv.new_empty((tokens, kv_heads, dim)), qkv.new_empty((tokens, kv_heads, dim))
-    _extension.run_call(*_rope_call(ext, qkv, cos, sin, q, k, v), "rope_split")
+    _extension.run_call(*_rope_call(ext, qkv, cos, sin, q, k, v, threads), "rope_split")
     return q, k, v
 
 
 def prepare_rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, kv_heads: int, dim: int,
-                       out: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *,
+                       out: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *, threads: int | None = None,
                        backend: Backend = "auto") -> PreparedCall:
     """``out[i][:] = rope_split(qkv, cos, sin, heads, kv_heads, dim)[i]`` as a call checked once, for
     buffers a caller reuses every step; ``out`` holds contiguous CPU ``q``, ``k``, ``v`` of their shapes."""
@@ -182,7 +192,7 @@ def prepare_rope_split(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, 
     if ext is None:
         return _extension.torch_call("rope_split", lambda: rope_split_torch(qkv, cos, sin, heads, kv_heads, dim), out,
                                      (qkv, cos, sin, *out))
-    return PreparedCall(*_rope_call(ext, qkv, cos, sin, q, k, v), "rope_split", (qkv, cos, sin, *out))
+    return PreparedCall(*_rope_call(ext, qkv, cos, sin, q, k, v, threads), "rope_split", (qkv, cos, sin, *out))
 
 
 def _check_silu(gate_up: torch.Tensor) -> None:
@@ -194,26 +204,28 @@ def _check_silu(gate_up: torch.Tensor) -> None:
         raise KernelArgumentError(f"silu_mul: gate_up must be [tokens, 2 * inter], got {list(gate_up.shape)}")
 
 
-def _silu_call(ext: _extension.Extension, gate_up: torch.Tensor,
-               out: torch.Tensor) -> tuple[Callable[..., int], tuple[object, ...]]:
+def _silu_call(ext: _extension.Extension, gate_up: torch.Tensor, out: torch.Tensor,
+               threads: int | None) -> tuple[Callable[..., int], tuple[object, ...]]:
     ffi = ext.ffi
     tokens, inter = out.shape
     return ext.lib.pak_silu_mul, (ffi.cast("void *", gate_up.data_ptr()), ffi.cast("void *", out.data_ptr()),
-                                  _DTYPES[gate_up.dtype], tokens, inter)
+                                  _DTYPES[gate_up.dtype], tokens, inter, _threads(threads))
 
 
-def silu_mul(gate_up: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
-    """``silu(gate) * up`` for ``gate_up [tokens, 2 * inter]`` holding ``[gate | up]``; ``[tokens, inter]``."""
+def silu_mul(gate_up: torch.Tensor, *, threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:
+    """``silu(gate) * up`` for ``gate_up [tokens, 2 * inter]`` holding ``[gate | up]``; ``[tokens, inter]``
+    (the C call on up to ``threads`` threads, default ``torch.get_num_threads()``)."""
     _check_silu(gate_up)
     ext = _extension.c_extension(backend, "silu_mul")
     if ext is None:
         return silu_mul_torch(gate_up)
     out = gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
-    _extension.run_call(*_silu_call(ext, gate_up, out), "silu_mul")
+    _extension.run_call(*_silu_call(ext, gate_up, out, threads), "silu_mul")
     return out
 
 
-def prepare_silu_mul(gate_up: torch.Tensor, out: torch.Tensor, *, backend: Backend = "auto") -> PreparedCall:
+def prepare_silu_mul(gate_up: torch.Tensor, out: torch.Tensor, *, threads: int | None = None,
+                     backend: Backend = "auto") -> PreparedCall:
     """``out[:] = silu_mul(gate_up)`` as a call checked once, for buffers a caller reuses every step;
     ``out`` is a contiguous CPU ``[tokens, inter]`` of ``gate_up``'s dtype."""
     _check_silu(gate_up)
@@ -222,4 +234,4 @@ def prepare_silu_mul(gate_up: torch.Tensor, out: torch.Tensor, *, backend: Backe
     ext = _extension.c_extension(backend, "silu_mul")
     if ext is None:
         return _extension.torch_call("silu_mul", lambda: silu_mul_torch(gate_up), (out,), (gate_up, out))
-    return PreparedCall(*_silu_call(ext, gate_up, out), "silu_mul", (gate_up, out))
+    return PreparedCall(*_silu_call(ext, gate_up, out, threads), "silu_mul", (gate_up, out))

@@ -52,7 +52,7 @@ def dense(x: torch.Tensor, weight: Weight, threads: int) -> torch.Tensor:
 
 def swiglu(x: torch.Tensor, gate_up: Weight, down: Weight, threads: int) -> torch.Tensor:
     """A gated MLP: ``down(silu(gate(x)) * up(x))`` with ``gate_up`` the two projections stacked."""
-    return dense(silu_mul(dense(x, gate_up, threads)), down, threads)
+    return dense(silu_mul(dense(x, gate_up, threads), threads=threads), down, threads)
 
 
 @attrs.frozen(eq=False)

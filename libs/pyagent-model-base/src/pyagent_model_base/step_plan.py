@@ -123,7 +123,8 @@ class StepPlan:
 
         def projection(index: int, layer: LayerWeights) -> tuple[PreparedCall, ...]:
             calls = [
-                prepare_add_rms_norm(self.hidden, layer.input_norm, eps, self.delta if index else None, normed),
+                prepare_add_rms_norm(self.hidden, layer.input_norm, eps, self.delta if index else None, normed,
+                                     threads=threads),
                 prepare_linear(normed, layer.qkv, qkv, threads=threads, precision=precision),
             ]
             bias, q_norm, k_norm = layer.qkv_bias, layer.q_norm, layer.k_norm
@@ -133,7 +134,8 @@ class StepPlan:
                 calls.append(torch_step("qk_norm", lambda: (head_rms_norm(q_heads, q_norm, eps),
                                                             head_rms_norm(k_heads, k_norm, eps)),
                                         (qkv, q_norm, k_norm)))
-            calls.append(prepare_rope_split(qkv, self.cos, self.sin, heads, kv_heads, dim, (self.q, self.k, self.v)))
+            calls.append(prepare_rope_split(qkv, self.cos, self.sin, heads, kv_heads, dim, (self.q, self.k, self.v),
+                                            threads=threads))
             return tuple(calls)
 
         self.calls: list[tuple[tuple[PreparedCall, ...], tuple[PreparedCall, ...]]] = [
@@ -142,16 +144,17 @@ class StepPlan:
                 (
                     prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads,
                                    precision=precision),
-                    prepare_add_rms_norm(self.hidden, layer.post_norm, eps, projected, normed),
+                    prepare_add_rms_norm(self.hidden, layer.post_norm, eps, projected, normed, threads=threads),
                     prepare_linear(normed, layer.gate_up, gate_up, threads=threads, precision=precision),
-                    prepare_silu_mul(gate_up, activated),
+                    prepare_silu_mul(gate_up, activated, threads=threads),
                     prepare_linear(activated, layer.down, self.delta, threads=threads, precision=precision),
                 ),
             )
             for index, layer in enumerate(self.layers)
         ]
         self.final = normed
-        self.finish = prepare_add_rms_norm(self.hidden, final_norm, eps, self.delta if self.layers else None, normed)
+        self.finish = prepare_add_rms_norm(self.hidden, final_norm, eps, self.delta if self.layers else None, normed,
+                                           threads=threads)
         #: ``0 .. tokens - 1``: the logits rows of a step that wants every row's, in order.
         self.rows = torch.arange(tokens)
         self._programs: tuple[object, list[tuple[Program, Program]]] | None = None

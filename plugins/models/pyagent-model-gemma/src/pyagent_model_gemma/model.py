@@ -202,25 +202,27 @@ class GemmaStepPlan(StepPlan):
 
         def before(index: int, layer: LayerWeights) -> tuple[PreparedCall, ...]:
             calls = [torch_step("embed_scale", lambda: hidden.mul_(normalizer), (hidden,))] if index == 0 else []
-            calls += [prepare_add_rms_norm(hidden, layer.input_norm, eps, delta if index else None, normed),
+            calls += [prepare_add_rms_norm(hidden, layer.input_norm, eps, delta if index else None, normed,
+                                           threads=threads),
                       prepare_linear(normed, layer.qkv, qkv, threads=threads, precision=precision)]
             q_norm, k_norm = layer.q_norm, layer.k_norm
             if q_norm is not None and k_norm is not None:
                 calls.append(torch_step("qk_norm", lambda: qk_norm(q_norm, k_norm), (qkv, q_norm, k_norm)))
             cos, sin = (self.local_cos, self.local_sin) if local[index] and model.local_rope else (self.cos, self.sin)
-            calls.append(prepare_rope_split(qkv, cos, sin, heads, kv_heads, dim, (self.q, self.k, self.v)))
+            calls.append(prepare_rope_split(qkv, cos, sin, heads, kv_heads, dim, (self.q, self.k, self.v),
+                                            threads=threads))
             return tuple(calls)
 
         def after(layer: LayerWeights, extra: GemmaLayer) -> tuple[PreparedCall, ...]:
             return (
                 prepare_linear(self.attended.view(tokens, heads * dim), layer.o_proj, projected, threads=threads,
                                precision=precision),
-                prepare_add_rms_norm(projected, layer.post_norm, eps, None, delta),
-                prepare_add_rms_norm(hidden, extra.pre_mlp_norm, eps, delta, normed),
+                prepare_add_rms_norm(projected, layer.post_norm, eps, None, delta, threads=threads),
+                prepare_add_rms_norm(hidden, extra.pre_mlp_norm, eps, delta, normed, threads=threads),
                 prepare_linear(normed, layer.gate_up, gate_up, threads=threads, precision=precision),
                 torch_step("geglu", geglu, (gate_up, activated)),
                 prepare_linear(activated, layer.down, projected, threads=threads, precision=precision),
-                prepare_add_rms_norm(projected, extra.post_mlp_norm, eps, None, delta),
+                prepare_add_rms_norm(projected, extra.post_mlp_norm, eps, None, delta, threads=threads),
             )
 
         self.calls = [(before(i, layer), after(layer, extra))
