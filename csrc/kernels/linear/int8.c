@@ -61,6 +61,7 @@ static void i8_group_generic(int wtype, const uint8_t *group, int64_t in, const 
 #if PAK_X86_VARIANTS
 #define I8V(name) PAK_V(name)
 #define I8_MR 8 /* the most input rows per tile */
+#define I8_AHEAD 16384 /* bytes the products ask for ahead of the block they multiply (int8_impl.h) */
 
 #define PAK_VARIANT avx512vnni
 #define I8_WIDTH 512
@@ -228,16 +229,6 @@ typedef struct {
     i8_tile_sums_fn tiles; /* AMX's tile products (or their emulation) for this call, or NULL */
 } product_job;
 
-/* Ask for the next group's bytes while this one is multiplied: a decode step's products stream their
- * weights from memory once, and the dependent multiply-adds of a group would otherwise keep too few
- * of its loads in flight (measured: 2.2x the bandwidth on a 17 MB Q4_1 matrix). Prefetches never
- * fault, so reading past the last group is harmless. */
-static inline void prefetch_group(const uint8_t *group, int64_t bytes)
-{
-    for (int64_t offset = 0; offset < bytes; offset += 64)
-        __builtin_prefetch(group + offset, 0, 3);
-}
-
 static void run_groups(const void *ctx, int64_t g0, int64_t g1, int worker)
 {
     (void)worker;
@@ -255,7 +246,6 @@ static void run_groups(const void *ctx, int64_t g0, int64_t g1, int worker)
         const int64_t group_bytes = pak_int8_group_bytes(part->wtype, job->in);
         const uint8_t *group = part->w + index * group_bytes;
         const int valid = left < G_ROWS ? (int)left : G_ROWS;
-        prefetch_group(group + group_bytes, group_bytes);
 #if PAK_X86_VARIANTS
         if (job->tiles != NULL) {
             i8_group_tiles_avx512(part->wtype, group, job->in, job->act, job->rows, &job->out, col + index * G_ROWS,
