@@ -75,8 +75,10 @@ lint: install
 	$(BIN)/mypy
 
 # tests/test_wheels.py installs from dist/ (built here, so the suite's time does not include compiling the kernels).
+# Two pytest-xdist workers, each on one torch thread (conftest.py); a file's tests stay in one worker, so its module
+# fixtures (models, engines, servers) load once.
 test: lint wheels
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: install
 	$(BIN)/pyagent bench startup --out benchmarks/results/startup.json

@@ -18,6 +18,12 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A pytest-xdist worker (`make test` runs one per core) gives torch one thread, it and the processes it starts
+    # (set here, before anything imports torch): the workers keep the cores busy, and threads of one worker waiting
+    # for each other at every kernel's end while the other worker holds a core cost more than they gain.
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("PYAGENT_HYPOTHESIS_PROFILE", "dev"))

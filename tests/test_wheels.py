@@ -84,9 +84,16 @@ def run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None =
     return result.stdout
 
 
-def checkout_state() -> str:
-    """``git status`` of the checkout, ignored files included (a new ``build/`` or ``*.egg-info`` shows)."""
-    return run("git", "status", "--porcelain", "--ignored", cwd=ROOT)
+#: What the interpreter and hypothesis may write into the checkout while other tests run beside these (``make test``
+#: runs two pytest-xdist workers): bytecode caches and hypothesis' folder, never a build's output.
+BESIDE = ("__pycache__/", ".hypothesis/")
+
+
+def checkout_state() -> set[str]:
+    """``git status`` of the checkout, ignored files included (a new ``build/`` or ``*.egg-info`` shows), less the
+    folders :data:`BESIDE` names."""
+    status = run("git", "status", "--porcelain", "--ignored", cwd=ROOT)
+    return {line for line in status.splitlines() if not line.endswith(BESIDE)}
 
 
 def pip_install(venv: Path, *args: str | Path, report: Path | None = None) -> None:

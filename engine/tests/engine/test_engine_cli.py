@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,11 +19,47 @@ pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm
 TOO_MUCH_GIB = str(2 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30)
 
 
-def test_generate_json_record(cli, tmp_path):
+INPUT_FILES = {
+    "batched": b'{"messages": [{"role": "user", "content": "Say hi."}]}\n'
+               b'{"prompt": "' + b"word " * 9000 + b'"}\n'
+               b"Name a color.\n",
+    "ordered": b"\xef\xbb\xbf" + "\n".join([
+        '{"id": 7, "messages": [{"role": "user", "content": "Say hi."}]}',
+        '{"custom_id": "long", "prompt": "' + "word " * 9000 + '"}',
+        '{"id": "no-content", "messages": [{"role": "user"}]}',
+        '{"messages": [{"role": "usr", "content": "hi"}]}',
+        "Name a color.",
+    ]).encode() + b"\ncaf\xe9\n",
+    "strict": b'Name a color.\n{"prompt": 3}\n',
+    "failed": b'{"id": "long", "prompt": "' + b"word " * 9000 + b'"}\n'
+              b'{"id": "cut", "prompt": "Hi"\n'
+              b'{"custom_id": "latin", "prompt": "caf\xe9"}\n',
+}
+"""Input files of the module's ``generate --input`` runs, by name: a too-long prompt among good ones; lines in
+input order with ids, bad lines and a byte-order mark; a bad line under ``--strict``; failed lines with ids."""
+INPUT_FLAGS = {"batched": ("--max-tokens", "4", "--json"), "ordered": ("--max-tokens", "4", "--json"),
+               "strict": ("--strict", "--json"), "failed": ("--max-tokens", "4", "--json")}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """The module's generate runs that load the model, in one process (each its own status and output), by name:
+    ``"record"`` (one prompt's JSON record) and each of :data:`INPUT_FILES`, with the file it read."""
+    folder = tmp_path_factory.mktemp("generated")
+    files = {name: folder / f"{name}.jsonl" for name in INPUT_FILES}
+    for name, path in files.items():
+        path.write_bytes(INPUT_FILES[name])
     # exact products: the dense model's greedy answer. Its first token is a near tie here ("The" -1.88,
-    # "L" -1.96), which int8's quantization noise flips in float32 ("L'Étoile, ...").
-    result = cli("generate", "What is the capital of France?", "--max-tokens", "8", "--json", "--precision", "exact",
-                 cwd=tmp_path)
+    # "L" -1.96), which int8's quantization noise flips in float32 ("L'Étoile, ..."). First: its output matters most.
+    commands = {"record": ("generate", "What is the capital of France?", "--max-tokens", "8", "--json", "--precision",
+                           "exact")}
+    commands |= {name: ("generate", "--input", str(path), *INPUT_FLAGS[name]) for name, path in files.items()}
+    results = run_commands(list(commands.values()), cwd=folder)
+    return {name: (files.get(name, folder), result) for name, result in zip(commands, results, strict=True)}
+
+
+def test_generate_json_record(generated):
+    _, result = generated["record"]
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["output_token_ids"] and record["prompt_token_ids"]
@@ -32,12 +69,8 @@ def test_generate_json_record(cli, tmp_path):
     assert "prompt +" in result.stderr.splitlines()[-1]
 
 
-def test_input_file_runs_batched_and_a_bad_request_fails_alone(cli, tmp_path):
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text('{"messages": [{"role": "user", "content": "Say hi."}]}\n'
-                       '{"prompt": "' + "word " * 9000 + '"}\n'
-                       "Name a color.\n")
-    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", cwd=tmp_path)
+def test_input_file_runs_batched_and_a_bad_request_fails_alone(generated):
+    prompts, result = generated["batched"]
     assert result.returncode == 2
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert sorted(r["request_id"] for r in records) == ["0", "1", "2"]
@@ -46,17 +79,9 @@ def test_input_file_runs_batched_and_a_bad_request_fails_alone(cli, tmp_path):
     assert "Traceback" not in result.stderr and f"error: {prompts}:2: " in result.stderr
 
 
-def test_input_outputs_come_in_input_order_with_their_ids_and_bad_lines_fail_alone(cli, tmp_path):
+def test_input_outputs_come_in_input_order_with_their_ids_and_bad_lines_fail_alone(generated):
     """The too-long second prompt fails when it is added, before the first finishes, yet comes out second."""
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_bytes(b"\xef\xbb\xbf" + "\n".join([
-        '{"id": 7, "messages": [{"role": "user", "content": "Say hi."}]}',
-        '{"custom_id": "long", "prompt": "' + "word " * 9000 + '"}',
-        '{"id": "no-content", "messages": [{"role": "user"}]}',
-        '{"messages": [{"role": "usr", "content": "hi"}]}',
-        "Name a color.",
-    ]).encode() + b"\ncaf\xe9\n")
-    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", cwd=tmp_path)
+    prompts, result = generated["ordered"]
     assert result.returncode == 2 and "Traceback" not in result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2, 3, 4, 5]
@@ -74,10 +99,8 @@ def test_input_outputs_come_in_input_order_with_their_ids_and_bad_lines_fail_alo
                       f"error: {prompts}:6: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8"]
 
 
-def test_input_strict_stops_before_generating(cli, tmp_path):
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text('Name a color.\n{"prompt": 3}\n')
-    result = cli("generate", "--input", str(prompts), "--strict", "--json", cwd=tmp_path)
+def test_input_strict_stops_before_generating(generated):
+    prompts, result = generated["strict"]
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [f"error: {prompts}:2: 'prompt' must be a non-empty string, got 3",
                                           "error: 1 of 2 lines are bad; nothing was generated (--strict)"]
@@ -169,13 +192,9 @@ def test_ignore_eos_generates_past_the_end_of_sequence(tmp_path):
     assert kept["output_token_ids"][:len(stopped["output_token_ids"])] == stopped["output_token_ids"]
 
 
-def test_a_failed_lines_record_names_its_line_and_keeps_the_id_it_gives(cli, tmp_path):
+def test_a_failed_lines_record_names_its_line_and_keeps_the_id_it_gives(generated):
     """Over the context, cut short, not UTF-8: each record's error starts FILE:LINE and carries its id."""
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_bytes(b'{"id": "long", "prompt": "' + b"word " * 9000 + b'"}\n'
-                        b'{"id": "cut", "prompt": "Hi"\n'
-                        b'{"custom_id": "latin", "prompt": "caf\xe9"}\n')
-    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", cwd=tmp_path)
+    prompts, result = generated["failed"]
     assert result.returncode == 2 and "Traceback" not in result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r.get("id") or r.get("custom_id") for r in records] == ["long", "cut", "latin"]

