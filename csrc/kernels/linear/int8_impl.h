@@ -203,7 +203,8 @@ typedef struct {
  * once; asking as the blocks are multiplied keeps loads in flight beside the products, where asking
  * for a whole group at its start held the products back until memory answered (measured on this
  * host, one thread, 121 products of 576 x 1536: Q4_1 12.2 -> 21-22 GB/s, Q8_0 15.5 -> 17.6, Q4_K
- * 10.5 -> 15.2, Q6_K 9.6 -> 14.1; 16 KiB ahead beat 4, 8, 12 and 32). Prefetches never fault. */
+ * 10.5 -> 15.2, Q6_K 9.6 -> 14.1; of 8, 12, 16 and 32 KiB ahead, 12 and 16 were best and alike).
+ * Prefetches never fault. */
 PAK_INLINE void PAK_V(i8_ask_ahead)(const I8V(sections) *at, int64_t b)
 {
     for (int64_t offset = 0; offset < at->step; offset += 64)
