@@ -200,3 +200,11 @@ def check_selectable_rows(kernel: str, logits: torch.Tensor) -> None:
     bad = ~(logits < float("inf")).all(dim=1) | ~(logits > float("-inf")).any(dim=1)
     if bool(bad.any()):
         raise unselectable_row_error(kernel, int(bad.nonzero()[0, 0]))
+
+
+def check_threads(threads: int | None) -> int:
+    """``threads`` for a C call (``None``: ``torch.get_num_threads()``); KernelArgumentError below 1."""
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads < 1:
+        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
+    return threads

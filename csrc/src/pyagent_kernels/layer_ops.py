@@ -4,10 +4,10 @@
 heads of a fused q/k/v projection and splits it, ``silu_mul`` is SwiGLU's activation. Each costs
 one C call instead of several torch dispatches (the semantics are in ``include/pyagent/layer_ops.h``);
 every row is computed alone, so results depend neither on the batch nor on ``threads`` (a large call,
-a prefill's, shares its rows over up to that many threads; default ``torch.get_num_threads()``). The torch fallbacks
-(:mod:`pyagent_kernels._layer_ops_torch`) give rope_split's bits and agree with the others to a few
-float32 ulp. ``prepare_*`` checks a call on buffers a caller reuses every step once and returns it
-ready to run (:func:`pyagent_kernels.run_prepared`), writing the result into an ``out`` buffer.
+a prefill's, shares its rows over up to that many threads; default ``torch.get_num_threads()``). The
+torch fallbacks (:mod:`pyagent_kernels._layer_ops_torch`) give rope_split's bits and agree with the
+others to a few float32 ulp. ``prepare_*`` checks a call on buffers a caller reuses every step once and
+returns it ready to run (:func:`pyagent_kernels.run_prepared`), writing the result into an ``out`` buffer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._checks import check_separate
+from pyagent_kernels._checks import check_separate, check_threads
 from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._fast_checks import all_plain
 from pyagent_kernels._layer_ops_torch import add_rms_norm_torch, rope_split_torch, silu_mul_torch
@@ -72,11 +72,6 @@ def _check_norm(hidden: torch.Tensor, weight: torch.Tensor, delta: torch.Tensor 
         )
 
 
-def _threads(threads: int | None) -> int:
-    """``threads``, or torch's thread count when ``None``."""
-    return torch.get_num_threads() if threads is None else int(threads)
-
-
 def _norm_call(ext: _extension.Extension, hidden: torch.Tensor, weight: torch.Tensor, eps: float,
                delta: torch.Tensor | None, out: torch.Tensor,
                threads: int | None) -> tuple[Callable[..., int], tuple[object, ...]]:
@@ -85,7 +80,7 @@ def _norm_call(ext: _extension.Extension, hidden: torch.Tensor, weight: torch.Te
     return ext.lib.pak_add_rms_norm, (
         ffi.cast("void *", hidden.data_ptr()), ffi.NULL if delta is None else ffi.cast("void *", delta.data_ptr()),
         ffi.cast("void *", weight.data_ptr()), ffi.cast("void *", out.data_ptr()), _DTYPES[hidden.dtype], rows, dim,
-        eps, _threads(threads),
+        eps, check_threads(threads),
     )
 
 
@@ -147,7 +142,7 @@ def _rope_call(ext: _extension.Extension, qkv: torch.Tensor, cos: torch.Tensor, 
     return ext.lib.pak_rope_split, (
         ffi.cast("void *", qkv.data_ptr()), ffi.cast("void *", cos.data_ptr()), ffi.cast("void *", sin.data_ptr()),
         ffi.cast("void *", q.data_ptr()), ffi.cast("void *", k.data_ptr()), ffi.cast("void *", v.data_ptr()),
-        _DTYPES[qkv.dtype], tokens, heads, k.shape[1], dim, _threads(threads),
+        _DTYPES[qkv.dtype], tokens, heads, k.shape[1], dim, check_threads(threads),
     )
 
 
@@ -209,7 +204,7 @@ def _silu_call(ext: _extension.Extension, gate_up: torch.Tensor, out: torch.Tens
     ffi = ext.ffi
     tokens, inter = out.shape
     return ext.lib.pak_silu_mul, (ffi.cast("void *", gate_up.data_ptr()), ffi.cast("void *", out.data_ptr()),
-                                  _DTYPES[gate_up.dtype], tokens, inter, _threads(threads))
+                                  _DTYPES[gate_up.dtype], tokens, inter, check_threads(threads))
 
 
 def silu_mul(gate_up: torch.Tensor, *, threads: int | None = None, backend: Backend = "auto") -> torch.Tensor:

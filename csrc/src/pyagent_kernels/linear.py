@@ -34,7 +34,7 @@ from typing import Literal, get_args
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._checks import check_separate, check_tensor
+from pyagent_kernels._checks import check_separate, check_tensor, check_threads
 from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._fast_checks import all_plain
 from pyagent_kernels._int8_layout import GGUF_BLOCKS
@@ -94,11 +94,7 @@ def _settings(x: torch.Tensor, out_dtype: torch.dtype | None, threads: int | Non
         out_dtype = x.dtype
     elif out_dtype not in (x.dtype, torch.float32):
         raise KernelArgumentError(f"out_dtype must be {x.dtype} or torch.float32, got {out_dtype}")
-    if threads is None:
-        threads = torch.get_num_threads()
-    if threads < 1:
-        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
-    return out_dtype, threads
+    return out_dtype, check_threads(threads)
 
 
 def _check_precision(precision: str) -> None:

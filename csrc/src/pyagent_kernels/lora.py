@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pyagent_kernels import _extension
-from pyagent_kernels._checks import check_separate, check_tensor
+from pyagent_kernels._checks import check_separate, check_tensor, check_threads
 from pyagent_kernels._extension import Backend, PreparedCall
 from pyagent_kernels._lora_torch import lora_apply_torch
 from pyagent_kernels.errors import KernelArgumentError, KernelError
@@ -152,13 +152,6 @@ def _c_call(ext: _extension.Extension, x: torch.Tensor, y: torch.Tensor, slots: 
     return call
 
 
-def _threads(threads: int | None) -> int:
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads < 1:
-        raise KernelArgumentError(f"threads must be at least 1, got {threads}")
-    return threads
-
-
 def _scratch(rows: int, stack: LoRAStack) -> tuple[torch.Tensor, torch.Tensor]:
     return (torch.empty((rows, stack.slices, stack.max_rank), dtype=torch.float32),
             torch.empty((rows,), dtype=torch.int32))
@@ -185,7 +178,7 @@ def lora_apply(x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, stack: LoR
     error = _slot_error(slots, stack)
     if error is not None:
         raise error
-    threads = _threads(threads)
+    threads = check_threads(threads)
     ext = _extension.c_extension(backend, "lora_apply")
     if ext is None:
         lora_apply_torch(x, y, slots, stack.a, stack.b, stack.scales, stack.ranks, stack.starts)
@@ -200,7 +193,7 @@ def prepare_lora(x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor, stack: L
     (run it with :func:`pyagent_kernels.run_prepared`); each run reads the current ``slots`` and the
     stack's current slots, and raises :class:`KernelArgumentError` for a slot index out of range."""
     _check(x, y, slots, stack)
-    threads = _threads(threads)
+    threads = check_threads(threads)
     tensors = (x, y, slots, stack.a, stack.b, stack.scales, stack.ranks, stack.starts)
     ext = _extension.c_extension(backend, "lora_apply")
     if ext is None:
