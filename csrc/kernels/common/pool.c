@@ -38,7 +38,6 @@ static struct {
     pak_pool_fn fn;        /* the current call's work */
     const void *ctx;
     int64_t count, grain, chunks;
-    int64_t share;         /* a claim takes the chunks left / share (at least one) */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 static inline void cpu_relax(void)
@@ -58,7 +57,8 @@ static int64_t claim_chunks(unsigned generation, int worker, int timed)
         const int64_t next = (int64_t)(uint32_t)ticket;
         if ((unsigned)(ticket >> 32) != generation || next >= pool.chunks)
             return working;
-        const int64_t take = (pool.chunks - next) / pool.share > 1 ? (pool.chunks - next) / pool.share : 1;
+        const int64_t share = 2 * ((int64_t)pool.wanted + 1), left = pool.chunks - next;
+        const int64_t take = left / share > 1 ? left / share : 1;
         if (!atomic_compare_exchange_weak(&pool.ticket, &ticket, ticket + (uint64_t)take))
             continue;
         const int64_t begin = next * pool.grain, end = (next + take) * pool.grain;
@@ -144,7 +144,6 @@ void pak_pool_run(pak_pool_fn fn, const void *ctx, int64_t count, int64_t grain,
     pool.count = count;
     pool.grain = grain;
     pool.chunks = chunks;
-    pool.share = 2 * (int64_t)threads;
     atomic_store(&pool.done, 0);
     atomic_store(&pool.ticket, (uint64_t)generation << 32);
     atomic_store(&pool.generation, generation);

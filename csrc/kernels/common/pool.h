@@ -2,8 +2,8 @@
  *
  * A call splits items [0, count) into chunks of `grain` that the calling thread and the helpers
  * claim from one counter, a few chunks per claim, fewer as the call nears its end; helpers spin for
- * a while between calls (a model's kernels come back to back), then sleep. Results must not depend on which thread ran a chunk: each kernel computes an
- * item the same way wherever it runs.
+ * a while between calls (a model's kernels come back to back), then sleep. Results must not depend on
+ * which thread ran a chunk: each kernel computes an item the same way wherever it runs.
  */
 #ifndef PAK_COMMON_POOL_H
 #define PAK_COMMON_POOL_H

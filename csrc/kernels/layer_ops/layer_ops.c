@@ -37,9 +37,8 @@ static int check(int dtype, int64_t a, int64_t b)
     return (dtype == PAK_LAYER_F32 || dtype == PAK_LAYER_BF16) && a >= 0 && b >= 0 ? PAK_OK : PAK_EINVAL;
 }
 
-/* A call's rows shared out on the pool (common/pool.h): rows [begin, end) of the call's tensors. */
+/* A call's arguments; each op's pool function below runs rows [begin, end) of them. */
 typedef struct {
-    int kind; /* 0: norm, 1: rope, 2: silu */
     const void *in, *delta, *weight, *cos, *sin;
     void *hidden, *out, *k, *v;
     int bf16;
@@ -47,35 +46,42 @@ typedef struct {
     float eps;
 } layer_job;
 
-static void run_rows(const void *ctx, int64_t begin, int64_t end, int worker)
+/* ptr advanced to row `begin` of rows of `width` elements (NULL stays NULL). */
+#define AT(ptr, width) ((ptr) == NULL ? NULL : (char *)(ptr) + begin * (width) * (job->bf16 ? 2 : 4))
+
+static void norm_range(const void *ctx, int64_t begin, int64_t end, int worker)
 {
     (void)worker;
     const layer_job *job = ctx;
-    const int64_t elem = job->bf16 ? 2 : 4, rows = end - begin;
-#define AT(ptr, width) ((ptr) == NULL ? NULL : (char *)(ptr) + begin * (width) * elem)
-    switch (job->kind) {
-    case 0:
-        PAK_LAYER_PICK(norm_rows)(AT(job->hidden, job->dim), AT(job->delta, job->dim), job->weight,
-                                  AT(job->out, job->dim), job->bf16, rows, job->dim, job->eps);
-        break;
-    case 1:
-        PAK_LAYER_PICK(rope_rows)(AT(job->in, (job->heads + 2 * job->kv_heads) * job->dim), AT(job->cos, job->dim),
-                                  AT(job->sin, job->dim), AT(job->out, job->heads * job->dim),
-                                  AT(job->k, job->kv_heads * job->dim), AT(job->v, job->kv_heads * job->dim),
-                                  job->bf16, rows, job->heads, job->kv_heads, job->dim);
-        break;
-    default:
-        PAK_LAYER_PICK(silu_rows)(AT(job->in, 2 * job->dim), AT(job->out, job->dim), job->bf16, rows, job->dim);
-    }
-#undef AT
+    PAK_LAYER_PICK(norm_rows)(AT(job->hidden, job->dim), AT(job->delta, job->dim), job->weight, AT(job->out, job->dim),
+                              job->bf16, end - begin, job->dim, job->eps);
 }
 
-/* Run a job's `rows` rows of `width` values each: on the calling thread when they are few, else in
+static void rope_range(const void *ctx, int64_t begin, int64_t end, int worker)
+{
+    (void)worker;
+    const layer_job *job = ctx;
+    PAK_LAYER_PICK(rope_rows)(AT(job->in, (job->heads + 2 * job->kv_heads) * job->dim), AT(job->cos, job->dim),
+                              AT(job->sin, job->dim), AT(job->out, job->heads * job->dim),
+                              AT(job->k, job->kv_heads * job->dim), AT(job->v, job->kv_heads * job->dim), job->bf16,
+                              end - begin, job->heads, job->kv_heads, job->dim);
+}
+
+static void silu_range(const void *ctx, int64_t begin, int64_t end, int worker)
+{
+    (void)worker;
+    const layer_job *job = ctx;
+    PAK_LAYER_PICK(silu_rows)(AT(job->in, 2 * job->dim), AT(job->out, job->dim), job->bf16, end - begin, job->dim);
+}
+
+#undef AT
+
+/* Run `fn` over `rows` rows of `width` values each: on the calling thread when they are few, else in
  * chunks of rows on up to `threads` threads (each row alone, so the same bits either way). */
-static void run_job(const layer_job *job, int64_t rows, int64_t width, int threads)
+static void run_job(pak_pool_fn fn, const layer_job *job, int64_t rows, int64_t width, int threads)
 {
     const int64_t grain = SHARED_VALUES / width > 0 ? SHARED_VALUES / width : 1;
-    pak_pool_run(run_rows, job, rows, grain, rows * width < 2 * SHARED_VALUES ? 1 : threads);
+    pak_pool_run(fn, job, rows, grain, rows * width < 2 * SHARED_VALUES ? 1 : threads);
 }
 
 int pak_add_rms_norm(void *hidden, const void *delta, const void *weight, void *out, int dtype, int64_t rows,
@@ -88,9 +94,9 @@ int pak_add_rms_norm(void *hidden, const void *delta, const void *weight, void *
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (hidden == NULL || weight == NULL || out == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    const layer_job job = {.kind = 0, .delta = delta, .weight = weight, .hidden = hidden, .out = out,
+    const layer_job job = {.delta = delta, .weight = weight, .hidden = hidden, .out = out,
                            .bf16 = dtype == PAK_LAYER_BF16, .dim = dim, .eps = eps};
-    run_job(&job, rows, dim, threads);
+    run_job(norm_range, &job, rows, dim, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }
 
@@ -104,9 +110,9 @@ int pak_rope_split(const void *qkv, const void *cos, const void *sin, void *q, v
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (qkv == NULL || cos == NULL || sin == NULL || q == NULL || k == NULL || v == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    const layer_job job = {.kind = 1, .in = qkv, .cos = cos, .sin = sin, .out = q, .k = k, .v = v,
+    const layer_job job = {.in = qkv, .cos = cos, .sin = sin, .out = q, .k = k, .v = v,
                            .bf16 = dtype == PAK_LAYER_BF16, .dim = dim, .heads = heads, .kv_heads = kv_heads};
-    run_job(&job, tokens, (heads + 2 * kv_heads) * dim, threads);
+    run_job(rope_range, &job, tokens, (heads + 2 * kv_heads) * dim, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }
 
@@ -119,7 +125,7 @@ int pak_silu_mul(const void *gate_up, void *out, int dtype, int64_t tokens, int6
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
     if (gate_up == NULL || out == NULL)
         return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_EINVAL);
-    const layer_job job = {.kind = 2, .in = gate_up, .out = out, .bf16 = dtype == PAK_LAYER_BF16, .dim = inter};
-    run_job(&job, tokens, 2 * inter, threads);
+    const layer_job job = {.in = gate_up, .out = out, .bf16 = dtype == PAK_LAYER_BF16, .dim = inter};
+    run_job(silu_range, &job, tokens, 2 * inter, threads);
     return pak_profile_return(PAK_PROFILE_LAYER_OPS, started, PAK_OK);
 }
